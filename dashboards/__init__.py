@@ -1,0 +1,1 @@
+"""Interactive what-if dashboards (Dash app and self-contained HTML export)."""

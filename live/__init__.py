@@ -1,0 +1,1 @@
+"""Live tuning on real NCCL inside a running job (torch.distributed, tuner plugin, coordinator)."""

@@ -1,0 +1,124 @@
+"""The unit that is tuned: one collective of a given size on a given group.
+
+``nbytes`` follows nccl-tests' ``size`` column: the per-rank input for AllReduce,
+Broadcast and Reduce, the total output for AllGather, the total input for
+ReduceScatter, the total per-rank send buffer for AllToAll, and the message for
+SendRecv.  ``busbw`` uses nccl-tests' correction factors so that it can be
+compared with link speeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Op(StrEnum):
+    """The collective operations NCCL offers."""
+
+    ALLREDUCE = "allreduce"
+    ALLGATHER = "allgather"
+    REDUCESCATTER = "reducescatter"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    ALLTOALL = "alltoall"
+    SENDRECV = "sendrecv"
+
+
+_OP_ALIASES = {
+    "all_reduce": Op.ALLREDUCE,
+    "all_gather": Op.ALLGATHER,
+    "allgather_into_tensor": Op.ALLGATHER,
+    "all_gather_into_tensor": Op.ALLGATHER,
+    "_allgather_base": Op.ALLGATHER,
+    "reduce_scatter": Op.REDUCESCATTER,
+    "reduce_scatter_tensor": Op.REDUCESCATTER,
+    "_reduce_scatter_base": Op.REDUCESCATTER,
+    "all_to_all": Op.ALLTOALL,
+    "alltoall_base": Op.ALLTOALL,
+    "all_to_all_single": Op.ALLTOALL,
+    "send_recv": Op.SENDRECV,
+    "sendrecv": Op.SENDRECV,
+    "send": Op.SENDRECV,
+    "recv": Op.SENDRECV,
+}
+
+DTYPE_BYTES = {
+    "int8": 1, "uint8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "float16": 2, "half": 2, "bfloat16": 2,
+    "int32": 4, "uint32": 4, "float32": 4, "float": 4,
+    "int64": 8, "uint64": 8, "float64": 8, "double": 8,
+}
+
+
+def parse_op(name: str) -> Op:
+    """Read an op name as people write it: ``AllReduce``, ``all_reduce``, ``allreduce_perf``...
+
+    >>> parse_op("AllReduce"), parse_op("all_gather_perf"), parse_op("nccl:reduce_scatter")
+    (<Op.ALLREDUCE: 'allreduce'>, <Op.ALLGATHER: 'allgather'>, <Op.REDUCESCATTER: 'reducescatter'>)
+    """
+    key = name.strip().lower().removeprefix("nccl:").removeprefix("c10d::").removesuffix("_perf")
+    key = key.removesuffix("_")
+    if key in _OP_ALIASES:
+        return _OP_ALIASES[key]
+    compact = key.replace("_", "").replace("-", "")
+    for op in Op:
+        if compact == op.value:
+            return op
+    raise ValueError(f"unknown collective {name!r}; expected one of {', '.join(o.value for o in Op)}")
+
+
+def busbw_factor(op: Op, nranks: int) -> float:
+    """nccl-tests' factor from algorithm bandwidth to bus bandwidth."""
+    n = nranks
+    if op is Op.ALLREDUCE:
+        return 2 * (n - 1) / n
+    if op in (Op.ALLGATHER, Op.REDUCESCATTER, Op.ALLTOALL):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Task:
+    """⟨op, nbytes, dtype, nranks, group⟩: one distinct collective of a workload.
+
+    ``group`` names the communicator's shape so that two groups of the same size but
+    different placement (8 GPUs of one node, or 1 GPU on each of 8 nodes) are different
+    tasks; it is free text such as ``"8x1"`` (8 GPUs per node, 1 node) or a group id.
+    """
+
+    op: Op
+    nbytes: int
+    nranks: int
+    dtype: str = "float32"
+    group: str = ""
+
+    def __post_init__(self) -> None:
+        if self.nbytes < 0:
+            raise ValueError(f"negative message size {self.nbytes} for {self.op}")
+        if self.nranks < 1:
+            raise ValueError(f"a communicator needs at least 1 rank, got {self.nranks}")
+        if self.op is Op.SENDRECV and self.nranks < 2:
+            raise ValueError("sendrecv needs 2 ranks")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def count(self) -> int:
+        """Element count as nccl-tests prints it."""
+        return self.nbytes // self.dtype_bytes
+
+    @property
+    def busbw_factor(self) -> float:
+        return busbw_factor(self.op, self.nranks)
+
+    def algbw_gbps(self, time_us: float) -> float:
+        """nccl-tests' algbw in GB/s (10^9 bytes per second)."""
+        return self.nbytes / (time_us * 1e3) if time_us > 0 else 0.0
+
+    def busbw_gbps(self, time_us: float) -> float:
+        return self.algbw_gbps(time_us) * self.busbw_factor
