@@ -5,6 +5,24 @@ Importing this package never imports torch.
 
 from traces.errors import TraceError
 from traces.nccl_tests import NcclTestsLog, NcclTestsRow, read_nccl_tests
+from traces.schema import CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
 from traces.task import Op, Task, parse_op
+from traces.trace_file import load_trace, save_trace
 
-__all__ = ["NcclTestsLog", "NcclTestsRow", "Op", "Task", "TraceError", "parse_op", "read_nccl_tests"]
+__all__ = [
+    "CollectiveEvent",
+    "ComputeEvent",
+    "Event",
+    "NcclTestsLog",
+    "NcclTestsRow",
+    "Op",
+    "ProcessGroup",
+    "RankTrace",
+    "Task",
+    "Trace",
+    "TraceError",
+    "load_trace",
+    "parse_op",
+    "read_nccl_tests",
+    "save_trace",
+]

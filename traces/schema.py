@@ -1,0 +1,279 @@
+"""The ccltwin trace: who talks to whom, in what order, and what runs in between.
+
+A trace holds the process groups of a job and, per rank, the ordered stream of events that
+rank issued: collectives and compute phases. Order and overlap follow two rules, the same
+that CUDA streams obey:
+
+1. events on the same ``(rank, stream)`` run one after another, in list order;
+2. an event also waits for every event named in its ``after`` list (ids of earlier events
+   of the same rank), e.g. a gradient all-reduce after the backward kernel that produced
+   the bucket, or the optimizer step after that all-reduce.
+
+Collectives also synchronise across ranks: the k-th collective of a group on each member
+rank is the same call (NCCL requires every rank to issue a communicator's collectives in
+the same order), so all members must agree on its op, size and dtype. Send/receive pairs
+(``Op.SENDRECV`` with a ``peer``) are matched per pair instead. The file format is in
+docs/trace-format.md; ``traces.trace_file`` reads and writes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from traces.errors import TraceError
+from traces.task import DTYPE_BYTES, Op, Task
+
+__all__ = ["CollectiveEvent", "ComputeEvent", "Event", "ProcessGroup", "RankTrace", "Trace"]
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    """A communicator: its global ranks in group-rank order.
+
+    ``comm`` identifies the communicator where the source says (NCCL's comm hash, a
+    process-group name); ``name`` says what the group is for (``"tp"``, ``"default_pg"``).
+    """
+
+    id: str
+    ranks: tuple[int, ...]
+    comm: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class CollectiveEvent:
+    """One collective call as one rank issued it.
+
+    ``nbytes`` follows nccl-tests (see ``traces.task``); ``root`` is the global root rank of
+    Broadcast/Reduce, ``peer`` the other global rank of a SendRecv. Times are µs on this
+    rank's clock, when measured.
+    """
+
+    id: int
+    op: Op
+    nbytes: int
+    group: str
+    dtype: str = "float32"
+    stream: str = "nccl"
+    iteration: int = 0
+    start_us: float | None = None
+    end_us: float | None = None
+    after: tuple[int, ...] = ()
+    name: str | None = None
+    root: int | None = None
+    peer: int | None = None
+
+
+@dataclass(frozen=True)
+class ComputeEvent:
+    """A compute phase: a kernel, an operator or a whole layer.
+
+    ``duration_us`` is what it took where it was measured; ``flops`` and ``mem_bytes``
+    (bytes read and written in device memory) let the twin time it on another GPU.
+    """
+
+    id: int
+    name: str
+    stream: str = "compute"
+    iteration: int = 0
+    duration_us: float | None = None
+    flops: float | None = None
+    mem_bytes: int | None = None
+    start_us: float | None = None
+    end_us: float | None = None
+    after: tuple[int, ...] = ()
+
+
+Event = CollectiveEvent | ComputeEvent
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """The events one rank issued, in issue order; ``node`` names its host when known."""
+
+    rank: int
+    events: tuple[Event, ...]
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A job's process groups and the event streams of some or all of its ranks."""
+
+    world_size: int
+    groups: tuple[ProcessGroup, ...]
+    ranks: tuple[RankTrace, ...]
+    source: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict, compare=True, hash=False)
+
+    def group(self, group_id: str) -> ProcessGroup:
+        for group in self.groups:
+            if group.id == group_id:
+                return group
+        raise KeyError(group_id)
+
+    @property
+    def iterations(self) -> int:
+        """How many training iterations the trace covers (distinct iteration indices, at least 1)."""
+        seen = {event.iteration for rank in self.ranks for event in rank.events}
+        return max(len(seen), 1)
+
+    def collectives(self) -> Iterator[tuple[int, CollectiveEvent]]:
+        """(rank, event) for every collective of every rank, in rank then issue order."""
+        for rank in self.ranks:
+            for event in rank.events:
+                if isinstance(event, CollectiveEvent):
+                    yield rank.rank, event
+
+    def shape(self, ranks: tuple[int, ...] | list[int]) -> str | None:
+        """``"8x2"``: ranks per node × nodes, when every rank's node is known (``"3+5"`` if uneven)."""
+        nodes = {rank.rank: rank.node for rank in self.ranks}
+        if any(nodes.get(rank) is None for rank in ranks):
+            return None
+        per_node = Counter(nodes[rank] for rank in ranks)
+        counts = sorted(per_node.values(), reverse=True)
+        if len(set(counts)) == 1:
+            return f"{counts[0]}x{len(counts)}"
+        return "+".join(map(str, counts))
+
+    def tasks(self) -> dict[Task, float]:
+        """Distinct tasks and how often each runs per iteration.
+
+        A group collective counts once (on the group's lowest rank in the trace), a SendRecv
+        once per pair. ``Task.group`` is the group's shape (``"8x1"``) when the nodes of its
+        ranks are known, else the group id.
+        """
+        present = {rank.rank for rank in self.ranks}
+        counted_on = {g.id: min(present.intersection(g.ranks), default=None) for g in self.groups}
+        counts: Counter[Task] = Counter()
+        for rank, event in self.collectives():
+            if event.op is Op.SENDRECV:
+                if event.peer is None or (event.peer in present and event.peer < rank):
+                    continue
+                members: tuple[int, ...] = (rank, event.peer)
+            elif rank == counted_on[event.group]:
+                members = self.group(event.group).ranks
+            else:
+                continue
+            shape = self.shape(members) or event.group
+            counts[Task(event.op, event.nbytes, len(members), event.dtype, shape)] += 1
+        return {task: count / self.iterations for task, count in counts.items()}
+
+    def validate(self, path: str | None = None) -> None:
+        """Raise ``TraceError`` (naming ``path``, the rank and the event) if the trace is inconsistent."""
+        _validate(self, path)
+
+
+# ---- validation --------------------------------------------------------------------------
+
+
+def _check(condition: bool, problem: str, path: str | None, rank: int | None = None, event=None) -> None:
+    if not condition:
+        raise TraceError(problem, path, rank=rank, event=event)
+
+
+def _validate(trace: Trace, path: str | None) -> None:
+    _check(trace.world_size >= 1, f"world_size must be at least 1, got {trace.world_size}", path)
+    groups = {}
+    for group in trace.groups:
+        where = f"group {group.id!r}"
+        _check(group.id not in groups, f"{where} is defined twice", path)
+        _check(len(group.ranks) >= 1, f"{where} has no ranks", path)
+        _check(len(set(group.ranks)) == len(group.ranks), f"{where} lists a rank twice", path)
+        outside = [r for r in group.ranks if not 0 <= r < trace.world_size]
+        _check(not outside, f"{where} has ranks {outside} outside world_size {trace.world_size}", path)
+        groups[group.id] = group
+    seen_ranks: set[int] = set()
+    for rank in trace.ranks:
+        _check(0 <= rank.rank < trace.world_size, f"outside world_size {trace.world_size}", path, rank.rank)
+        _check(rank.rank not in seen_ranks, "listed twice", path, rank.rank)
+        seen_ranks.add(rank.rank)
+        _validate_events(rank, groups, path)
+    _validate_agreement(trace, path)
+
+
+def _finite(value: float | None) -> bool:
+    return value is None or (math.isfinite(value) and value >= 0)
+
+
+def _validate_events(rank: RankTrace, groups: dict[str, ProcessGroup], path: str | None) -> None:
+    ids: set[int] = set()
+    for event in rank.events:
+
+        def check(condition: bool, problem: str, event_id=event.id) -> None:
+            _check(condition, problem, path, rank.rank, event_id)
+
+        check(event.id not in ids, "id used twice")
+        missing = [dep for dep in event.after if dep not in ids]
+        check(not missing, f"'after' names {missing}, which are not earlier events of this rank")
+        ids.add(event.id)
+        check(event.iteration >= 0, f"negative iteration {event.iteration}")
+        check(bool(event.stream), "empty stream name")
+        check(_finite(event.start_us) and _finite(event.end_us), "times must be finite and non-negative")
+        if event.start_us is not None and event.end_us is not None:
+            check(
+                event.start_us <= event.end_us, f"ends ({event.end_us}) before it starts ({event.start_us})"
+            )
+        if isinstance(event, ComputeEvent):
+            check(_finite(event.duration_us) and _finite(event.flops), "duration and flops must be >= 0")
+            check(event.mem_bytes is None or event.mem_bytes >= 0, "mem_bytes must be >= 0")
+            continue
+        check(isinstance(event.op, Op), f"unknown op {event.op!r}")
+        check(event.nbytes >= 0, f"negative nbytes {event.nbytes}")
+        check(
+            event.dtype in DTYPE_BYTES,
+            f"unknown dtype {event.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}",
+        )
+        group = groups.get(event.group)
+        check(group is not None, f"unknown group {event.group!r}")
+        check(rank.rank in group.ranks, f"rank {rank.rank} is not a member of group {event.group!r}")
+        if event.op is Op.SENDRECV:
+            check(
+                event.peer in group.ranks and event.peer != rank.rank,
+                f"sendrecv needs a peer in group {event.group!r} other than itself, got {event.peer}",
+            )
+        else:
+            check(event.peer is None, "only sendrecv has a peer")
+        check(
+            event.root is None or event.root in group.ranks,
+            f"root {event.root} is not in group {event.group!r}",
+        )
+
+
+def _validate_agreement(trace: Trace, path: str | None) -> None:
+    """Every member rank in the trace issues the same collectives on a group, in the same order."""
+    sequences: dict[str, dict[int, list[CollectiveEvent]]] = defaultdict(lambda: defaultdict(list))
+    for rank, event in trace.collectives():
+        if event.op is not Op.SENDRECV:
+            sequences[event.group][rank].append(event)
+    present = {rank.rank for rank in trace.ranks}
+    for group_id, by_rank in sequences.items():
+        first = min(by_rank)
+        reference = by_rank[first]
+        members = sorted(present.intersection(trace.group(group_id).ranks))
+        for rank, events in ((rank, by_rank.get(rank, [])) for rank in members):
+            for index, (mine, theirs) in enumerate(zip(events, reference, strict=False)):
+                key, other = (mine.op, mine.nbytes, mine.dtype), (theirs.op, theirs.nbytes, theirs.dtype)
+                _check(
+                    key == other,
+                    f"collective #{index} on group {group_id!r} is {_describe(mine)} here but "
+                    f"{_describe(theirs)} on rank {first} (event {theirs.id})",
+                    path,
+                    rank,
+                    mine.id,
+                )
+            _check(
+                len(events) == len(reference),
+                f"issues {len(events)} collectives on group {group_id!r}, "
+                f"rank {first} issues {len(reference)}",
+                path,
+                rank,
+            )
+
+
+def _describe(event: CollectiveEvent) -> str:
+    return f"{event.op.value} of {event.nbytes} B {event.dtype}"

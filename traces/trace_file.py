@@ -1,0 +1,283 @@
+"""Read and write ccltwin trace files (JSON, gzip when the name ends in ``.gz``).
+
+The format is documented in docs/trace-format.md. ``load_trace`` checks every field and the
+trace's consistency and names the file, rank and event of the first problem; ``save_trace``
+validates first and writes atomically (a temporary file renamed into place), so a failed
+save never leaves a partial file behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from traces.errors import TraceError
+from traces.schema import CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
+from traces.task import Op
+
+__all__ = ["FORMAT", "VERSION", "load_trace", "save_trace", "trace_from_dict", "trace_to_dict"]
+
+FORMAT = "ccltwin-trace"
+VERSION = 1
+
+
+def load_trace(path: str | PathLike[str]) -> Trace:
+    """Read and validate a trace file."""
+    path = str(path)
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as file:
+            doc = json.load(file)
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, RecursionError) as err:
+        raise TraceError(f"not a readable trace JSON file ({err})", path) from None
+    trace = trace_from_dict(doc, path)
+    trace.validate(path)
+    return trace
+
+
+def save_trace(trace: Trace, path: str | PathLike[str]) -> None:
+    """Validate ``trace`` and write it to ``path`` atomically (gzip if it ends in ``.gz``)."""
+    path = Path(path)
+    trace.validate(str(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as raw:
+            out = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.name.endswith(".gz") else raw
+            for chunk in _encode(trace_to_dict(trace)):
+                out.write(chunk.encode())
+            if out is not raw:
+                out.close()
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---- to JSON -----------------------------------------------------------------------------
+
+
+def _drop_defaults(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if key not in defaults or value != defaults[key]}
+
+
+_COLLECTIVE_DEFAULTS = {
+    "stream": "nccl",
+    "iteration": 0,
+    "start_us": None,
+    "end_us": None,
+    "after": [],
+    "name": None,
+    "root": None,
+    "peer": None,
+}
+_COMPUTE_DEFAULTS = {
+    "stream": "compute",
+    "iteration": 0,
+    "duration_us": None,
+    "flops": None,
+    "mem_bytes": None,
+    "start_us": None,
+    "end_us": None,
+    "after": [],
+}
+
+
+def _event_to_dict(event: Event) -> dict[str, Any]:
+    if isinstance(event, CollectiveEvent):
+        fields = {
+            "id": event.id,
+            "kind": "collective",
+            "op": event.op.value,
+            "nbytes": event.nbytes,
+            "dtype": event.dtype,
+            "group": event.group,
+            "stream": event.stream,
+            "iteration": event.iteration,
+            "start_us": event.start_us,
+            "end_us": event.end_us,
+            "after": list(event.after),
+            "name": event.name,
+            "root": event.root,
+            "peer": event.peer,
+        }
+        return _drop_defaults(fields, _COLLECTIVE_DEFAULTS)
+    fields = {
+        "id": event.id,
+        "kind": "compute",
+        "name": event.name,
+        "stream": event.stream,
+        "iteration": event.iteration,
+        "duration_us": event.duration_us,
+        "flops": event.flops,
+        "mem_bytes": event.mem_bytes,
+        "start_us": event.start_us,
+        "end_us": event.end_us,
+        "after": list(event.after),
+    }
+    return _drop_defaults(fields, _COMPUTE_DEFAULTS)
+
+
+def trace_to_dict(trace: Trace) -> dict[str, Any]:
+    """The JSON document of a trace (optional fields left out when they hold their default)."""
+    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "world_size": trace.world_size}
+    if trace.source is not None:
+        doc["source"] = trace.source
+    if trace.metadata:
+        doc["metadata"] = trace.metadata
+    doc["groups"] = [
+        _drop_defaults(
+            {"id": g.id, "ranks": list(g.ranks), "comm": g.comm, "name": g.name}, {"comm": None, "name": None}
+        )
+        for g in trace.groups
+    ]
+    doc["ranks"] = [
+        _drop_defaults(
+            {"rank": r.rank, "node": r.node, "events": [_event_to_dict(e) for e in r.events]}, {"node": None}
+        )
+        for r in trace.ranks
+    ]
+    return doc
+
+
+def _encode(doc: dict[str, Any]) -> Iterator[str]:
+    """Compact JSON with one group and one event per line, so that diffs and ``grep`` work."""
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+    head = {key: value for key, value in doc.items() if key not in ("groups", "ranks")}
+    yield dumps(head)[:-1] + ',\n"groups":[\n'
+    yield ",\n".join(dumps(group) for group in doc["groups"])
+    yield '\n],\n"ranks":['
+    for index, rank in enumerate(doc["ranks"]):
+        header = {key: value for key, value in rank.items() if key != "events"}
+        yield ("," if index else "") + "\n" + dumps(header)[:-1] + ',"events":[\n'
+        yield ",\n".join(dumps(event) for event in rank["events"])
+        yield "\n]}"
+    yield "\n]}\n"
+
+
+# ---- from JSON ---------------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to one JSON object, with errors that say where the object sits."""
+
+    def __init__(self, obj: Any, path: str | None, what: str, rank: int | None = None, event: Any = None):
+        self.path, self.what, self.rank, self.event = path, what, rank, event
+        if not isinstance(obj, dict):
+            self.fail(f"{what} must be an object, got {type(obj).__name__}")
+        self.obj = obj
+
+    def fail(self, problem: str):
+        raise TraceError(problem, self.path, rank=self.rank, event=self.event)
+
+    def get(self, key: str, kind: str, default: Any = ..., *, nullable: bool = False) -> Any:
+        if key not in self.obj or (self.obj[key] is None and nullable):
+            if default is ... and not nullable:
+                self.fail(f"{self.what} has no {key!r}")
+            return None if default is ... else default
+        value = self.obj[key]
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
+            "str": isinstance(value, str),
+            "ints": isinstance(value, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
+            "list": isinstance(value, list),
+            "object": isinstance(value, dict),
+        }[kind]
+        if not ok:
+            self.fail(f"{self.what}: {key!r} must be {_KIND_NAMES[kind]}, got {value!r:.60}")
+        return value
+
+
+_KIND_NAMES = {
+    "int": "an integer",
+    "number": "a finite number",
+    "str": "a string",
+    "ints": "a list of integers",
+    "list": "a list",
+    "object": "an object",
+}
+
+
+def trace_from_dict(doc: Any, path: str | None = None) -> Trace:
+    """Build a ``Trace`` from its JSON document, checking every field (not yet the cross-references)."""
+    top = _Reader(doc, path, "the trace")
+    if top.get("format", "str", None) != FORMAT:
+        top.fail(f'not a ccltwin trace (expected "format": "{FORMAT}")')
+    version = top.get("version", "int")
+    if version != VERSION:
+        top.fail(f"unsupported trace version {version}; this ccltwin reads version {VERSION}")
+    groups = []
+    for index, item in enumerate(top.get("groups", "list")):
+        group = _Reader(item, path, f"groups[{index}]")
+        groups.append(
+            ProcessGroup(
+                id=group.get("id", "str"),
+                ranks=tuple(group.get("ranks", "ints")),
+                comm=group.get("comm", "str", nullable=True),
+                name=group.get("name", "str", nullable=True),
+            )
+        )
+    ranks = []
+    for index, item in enumerate(top.get("ranks", "list")):
+        entry = _Reader(item, path, f"ranks[{index}]")
+        rank = entry.get("rank", "int")
+        events = tuple(_event(e, path, rank, i) for i, e in enumerate(entry.get("events", "list")))
+        ranks.append(RankTrace(rank=rank, events=events, node=entry.get("node", "str", nullable=True)))
+    return Trace(
+        world_size=top.get("world_size", "int"),
+        groups=tuple(groups),
+        ranks=tuple(ranks),
+        source=top.get("source", "str", nullable=True),
+        metadata=top.get("metadata", "object", {}),
+    )
+
+
+_OPS = [op.value for op in Op]
+
+
+def _event(obj: Any, path: str | None, rank: int, index: int) -> Event:
+    event = _Reader(obj, path, "the event", rank, f"#{index}")
+    event_id = event.get("id", "int")
+    event.event = event_id
+    common = {
+        "id": event_id,
+        "iteration": event.get("iteration", "int", 0),
+        "start_us": event.get("start_us", "number", nullable=True),
+        "end_us": event.get("end_us", "number", nullable=True),
+        "after": tuple(event.get("after", "ints", [])),
+    }
+    kind = event.get("kind", "str")
+    if kind == "compute":
+        return ComputeEvent(
+            name=event.get("name", "str"),
+            stream=event.get("stream", "str", "compute"),
+            duration_us=event.get("duration_us", "number", nullable=True),
+            flops=event.get("flops", "number", nullable=True),
+            mem_bytes=event.get("mem_bytes", "int", nullable=True),
+            **common,
+        )
+    if kind != "collective":
+        event.fail(f"unknown event kind {kind!r}; expected 'collective' or 'compute'")
+    op_name = event.get("op", "str")
+    if op_name not in _OPS:
+        event.fail(f"unknown op {op_name!r}; expected one of {', '.join(_OPS)}")
+    return CollectiveEvent(
+        op=Op(op_name),
+        nbytes=event.get("nbytes", "int"),
+        group=event.get("group", "str"),
+        dtype=event.get("dtype", "str"),
+        stream=event.get("stream", "str", "nccl"),
+        name=event.get("name", "str", nullable=True),
+        root=event.get("root", "int", nullable=True),
+        peer=event.get("peer", "int", nullable=True),
+        **common,
+    )
