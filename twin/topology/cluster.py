@@ -1,0 +1,298 @@
+"""A cluster: its graph, its GPUs in rank order, and the paths NCCL's transports take.
+
+On two DGX H100 nodes, ``route("n0/gpu3", "n1/gpu3")`` is GPU → PCIe switch → NIC →
+leaf → NIC → PCIe switch → GPU (GPUDirect RDMA over NIC 3, 400 Gb/s = 50 GB/s on the
+wire), and ``route("n0/gpu0", "n0/gpu5")`` is GPU → NVSwitch → GPU at 450 GB/s per hop.
+Every edge is full duplex with ``bw`` GB/s each way; a ``Hop`` is one directed use of
+an edge.  The graph is read-only once it is wrapped in a ``Cluster`` (paths are cached).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import pairwise
+
+import networkx as nx
+
+from twin.hardware import GpuSpec, TopologyError, gpu_spec
+from twin.topology.graph import (
+    CPU,
+    CPU_LINK,
+    GPU,
+    NET,
+    NIC,
+    NVLINK,
+    NVSWITCH,
+    PCIE,
+    PCIE_SWITCH,
+    SWITCH,
+    kind_of,
+    validate_graph,
+)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One directed traversal of an edge: ``bw`` GB/s and ``lat_us`` µs of its link."""
+
+    src: str
+    dst: str
+    kind: str
+    bw: float
+    lat_us: float
+
+
+class Cluster:
+    """GPU servers and their fabric as one ``networkx.Graph``, validated on construction.
+
+    Node ids are ``n{host}/gpu{i}``, ``n{host}/nvswitch``, ``n{host}/pcie{j}``,
+    ``n{host}/cpu{s}``, ``n{host}/nic{k}`` and ``leaf{l}`` / ``spine{s}``;
+    docs/topology-format.md lists the attributes.
+    """
+
+    def __init__(self, name: str, graph: nx.Graph, *, description: str = "") -> None:
+        self.name = name
+        self.graph = graph
+        self.description = description
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the graph (again, after editing it) and forget cached NICs and routes.
+
+        Raises ``TopologyError`` naming the cluster and the first element that is wrong.
+        """
+        try:
+            self.gpu_model = validate_graph(self.graph)
+        except TopologyError as err:
+            raise TopologyError(f"cluster {self.name!r}: {err}") from None
+        self._gpus = sorted((n for n in self.graph if kind_of(self.graph, n) == GPU), key=self._rank_key)
+        self._nic_of: dict[str, str] = {}
+        self._routes: dict[tuple[str, str, str], list[Hop]] = {}
+
+    def __repr__(self) -> str:
+        return (f"Cluster({self.name!r}: {self.nodes} × {self.gpus_per_node} {self.gpu_model}, "
+                f"{self.nics_per_node} NICs per node)")
+
+    # -- shape -------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> int:
+        return len({self.graph.nodes[g]["host"] for g in self._gpus})
+
+    @property
+    def gpus_per_node(self) -> int:
+        return len(self._gpus) // self.nodes
+
+    @property
+    def nics_per_node(self) -> int:
+        return len(self.nics(host=self.host_of(self._gpus[0])))
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return gpu_spec(self.gpu_model)
+
+    @property
+    def cpu_vendor(self) -> str:
+        """The CPU vendor of the first socket (``unknown`` when not described)."""
+        cpus = self._of_kind(CPU)
+        return self.graph.nodes[cpus[0]].get("vendor", "unknown") if cpus else "unknown"
+
+    def gpus(self) -> list[str]:
+        """All GPUs in global rank order: node-major, local index minor."""
+        return list(self._gpus)
+
+    def nics(self, host: int | None = None) -> list[str]:
+        """NICs of one host (or all), by host then local index."""
+        return [n for n in self._of_kind(NIC) if host is None or self.graph.nodes[n]["host"] == host]
+
+    def host_of(self, gpu: str) -> int:
+        return self.graph.nodes[self._check_gpu(gpu)]["host"]
+
+    def cpu_of(self, gpu: str) -> str:
+        """The socket whose root complex the GPU hangs off (fewest PCIe hops)."""
+        self._check_gpu(gpu)
+        paths = nx.single_source_shortest_path(self._pcie_view({gpu}), gpu)
+        cpus = [n for n in paths if kind_of(self.graph, n) == CPU]
+        if not cpus:
+            raise TopologyError(f"cluster {self.name!r}: GPU {gpu} reaches no CPU over PCIe")
+        return min(cpus, key=lambda c: (len(paths[c]), c))
+
+    def has_nvswitch(self) -> bool:
+        return bool(self._of_kind(NVSWITCH))
+
+    def nvlink_peers(self, gpu: str) -> list[str]:
+        """GPUs reachable over NVLink, directly or through an NVSwitch."""
+        peers = set()
+        for nbr in self._nvlink_neighbours(self._check_gpu(gpu)):
+            if kind_of(self.graph, nbr) == GPU:
+                peers.add(nbr)
+            elif kind_of(self.graph, nbr) == NVSWITCH:
+                peers.update(p for p in self._nvlink_neighbours(nbr) if kind_of(self.graph, p) == GPU)
+        peers.discard(gpu)
+        return sorted(peers, key=self._rank_key)
+
+    def nvlink_bw(self, gpu: str) -> float:
+        """All NVLink bandwidth out of a GPU, GB/s per direction (450 on an H100 SXM5)."""
+        edges = self.graph.edges(self._check_gpu(gpu), data=True)
+        return sum((d["bw"] for _, _, d in edges if d["kind"] == NVLINK), 0.0)
+
+    # -- NIC choice and routes -----------------------------------------------------------
+
+    def nic_of(self, gpu: str) -> str:
+        """The NIC NCCL would use for this GPU.
+
+        Nearest over PCIe: first a NIC reachable without crossing a CPU (same PCIe switch
+        tree), then one behind the same CPU, then any; ties go to the NIC serving the
+        fewest GPUs so far (GPUs in local order), then the lowest NIC index.
+        """
+        host = self.host_of(gpu)
+        if gpu not in self._nic_of:
+            self._assign_nics(host)
+        return self._nic_of[gpu]
+
+    def route(self, src_gpu: str, dst_gpu: str) -> list[Hop]:
+        """The path of NCCL's P2P (same host) or NET (GPUDirect RDMA) transport.
+
+        Same host: the direct NVLink edge if there is one, else through the NVSwitch, else
+        the PCIe tree (GPU → switch → [CPU → CPU] → switch → GPU).  Different hosts: GPU →
+        its NIC → leaf [→ spine → leaf] → NIC → GPU, with ``nic_of`` on each side.
+        """
+        return self._cached("p2p", src_gpu, dst_gpu)
+
+    def shm_route(self, src_gpu: str, dst_gpu: str) -> list[Hop]:
+        """Same host, staged through host memory: GPU → PCIe → the source GPU's CPU → PCIe → GPU."""
+        return self._cached("shm", src_gpu, dst_gpu)
+
+    def loopback_route(self, src_gpu: str, dst_gpu: str) -> list[Hop]:
+        """Same host through the NICs (``NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1``)."""
+        return self._cached("net", src_gpu, dst_gpu)
+
+    def subset(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
+        """The first ``nodes`` hosts with the first ``gpus_per_node`` GPUs of each (validated).
+
+        NICs, switches and the fabric serving the kept hosts stay.
+        """
+        n = self.nodes if nodes is None else nodes
+        g = self.gpus_per_node if gpus_per_node is None else gpus_per_node
+        if not 1 <= n <= self.nodes:
+            raise TopologyError(f"cluster {self.name!r}: cannot take {n} nodes of {self.nodes}")
+        if not 1 <= g <= self.gpus_per_node:
+            raise TopologyError(f"cluster {self.name!r}: cannot take {g} GPUs per node "
+                                f"of {self.gpus_per_node}")
+        keep = [v for v, d in self.graph.nodes(data=True)
+                if d.get("host", 0) < n and not (d["kind"] == GPU and d["local"] >= g)]
+        graph = self.graph.subgraph(keep).copy()
+        _prune_fabric(graph)
+        return Cluster(self.name, graph, description=self.description)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _cached(self, transport: str, src: str, dst: str) -> list[Hop]:
+        key = (transport, src, dst)
+        if key not in self._routes:
+            self._routes[key] = self._hops(self._path(transport, src, dst))
+        return list(self._routes[key])
+
+    def _path(self, transport: str, src: str, dst: str) -> list[str]:
+        same_host = self.host_of(src) == self.host_of(dst)
+        if src == dst:
+            return [src]
+        if transport == "p2p":
+            return self._p2p_path(src, dst) if same_host else self._net_path(src, dst)
+        if not same_host:
+            raise TopologyError(f"cluster {self.name!r}: {transport} transport joins GPUs of one host, "
+                                f"but {src} and {dst} are on different hosts")
+        if transport == "shm":
+            cpu = self.cpu_of(src)
+            return self._pcie_path(src, cpu) + self._pcie_path(cpu, dst)[1:]
+        return self._net_path(src, dst)
+
+    def _p2p_path(self, src: str, dst: str) -> list[str]:
+        if self.graph.has_edge(src, dst) and self.graph.edges[src, dst]["kind"] == NVLINK:
+            return [src, dst]
+        switches = [n for n in self._nvlink_neighbours(src)
+                    if kind_of(self.graph, n) == NVSWITCH and dst in self._nvlink_neighbours(n)]
+        if switches:
+            return [src, min(switches), dst]
+        return self._pcie_path(src, dst)
+
+    def _net_path(self, src: str, dst: str) -> list[str]:
+        nic_src, nic_dst = self.nic_of(src), self.nic_of(dst)
+        return (self._pcie_path(src, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
+                + self._pcie_path(nic_dst, dst)[1:])
+
+    def _pcie_view(self, endpoints: set[str]) -> nx.Graph:
+        """PCIe switches, CPUs and the given endpoints, joined by PCIe and socket links."""
+        graph = self.graph
+        return nx.subgraph_view(
+            graph,
+            filter_node=lambda n: n in endpoints or kind_of(graph, n) in (PCIE_SWITCH, CPU),
+            filter_edge=lambda a, b: graph.edges[a, b]["kind"] in (PCIE, CPU_LINK))
+
+    def _pcie_path(self, src: str, dst: str) -> list[str]:
+        try:
+            return nx.shortest_path(self._pcie_view({src, dst}), src, dst)
+        except nx.NetworkXNoPath:
+            raise TopologyError(f"cluster {self.name!r}: no PCIe path from {src} to {dst}") from None
+
+    def _fabric_path(self, src_nic: str, dst_nic: str) -> list[str]:
+        if src_nic == dst_nic:
+            return [src_nic]  # the NIC loops the data back
+        graph = self.graph
+        view = nx.subgraph_view(
+            graph,
+            filter_node=lambda n: n in (src_nic, dst_nic) or kind_of(graph, n) == SWITCH,
+            filter_edge=lambda a, b: graph.edges[a, b]["kind"] == NET)
+        try:
+            paths = sorted(nx.all_shortest_paths(view, src_nic, dst_nic))
+        except nx.NetworkXNoPath:
+            raise TopologyError(f"cluster {self.name!r}: no network path from {src_nic} "
+                                f"to {dst_nic}") from None
+        # Equal-cost paths (one per spine): pick one by a stable hash of the endpoints.
+        return paths[zlib.crc32(f"{src_nic}>{dst_nic}".encode()) % len(paths)]
+
+    def _assign_nics(self, host: int) -> None:
+        nics = self.nics(host)
+        served = dict.fromkeys(nics, 0)
+        for gpu in (g for g in self._gpus if self.graph.nodes[g]["host"] == host):
+            paths = nx.single_source_shortest_path(self._pcie_view({gpu, *nics}), gpu)
+            distance = {nic: (sum(kind_of(self.graph, n) == CPU for n in paths[nic]), len(paths[nic]))
+                        for nic in nics if nic in paths}
+            if not distance:
+                raise TopologyError(f"cluster {self.name!r}: GPU {gpu} reaches no NIC on host {host}")
+            nearest = min(distance.values())
+            nic = min((n for n in distance if distance[n] == nearest),
+                      key=lambda n: (served[n], self.graph.nodes[n]["local"]))
+            served[nic] += 1
+            self._nic_of[gpu] = nic
+
+    def _hops(self, path: list[str]) -> list[Hop]:
+        edges = self.graph.edges
+        return [Hop(a, b, edges[a, b]["kind"], edges[a, b]["bw"], edges[a, b]["lat_us"])
+                for a, b in pairwise(path)]
+
+    def _nvlink_neighbours(self, node: str) -> Iterable[str]:
+        return [n for n in self.graph[node] if self.graph.edges[node, n]["kind"] == NVLINK]
+
+    def _of_kind(self, kind: str) -> list[str]:
+        nodes = [n for n in self.graph if kind_of(self.graph, n) == kind]
+        return sorted(nodes, key=self._rank_key) if kind in (GPU, NIC) else sorted(nodes)
+
+    def _rank_key(self, node: str) -> tuple[int, int]:
+        data = self.graph.nodes[node]
+        return data["host"], data["local"]
+
+    def _check_gpu(self, gpu: str) -> str:
+        if gpu not in self.graph or kind_of(self.graph, gpu) != GPU:
+            raise TopologyError(f"cluster {self.name!r} has no GPU {gpu!r}")
+        return gpu
+
+
+def _prune_fabric(graph: nx.Graph) -> None:
+    """Drop leaves that serve no NIC, then spines that reach no leaf."""
+    for tier, below in (("leaf", NIC), ("spine", SWITCH)):
+        idle = [n for n, d in graph.nodes(data=True) if d["kind"] == SWITCH and d.get("tier") == tier
+                and not any(kind_of(graph, m) == below for m in graph[n])]
+        graph.remove_nodes_from(idle)

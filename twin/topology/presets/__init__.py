@@ -1,0 +1,1 @@
+"""Preset cluster descriptions (YAML files) read by ``twin.topology.load_cluster``."""
