@@ -48,14 +48,16 @@ class ProcessGroup:
 class CollectiveEvent:
     """One collective call as one rank issued it.
 
-    ``nbytes`` follows nccl-tests (see ``traces.task``); ``root`` is the global root rank of
+    ``nbytes`` follows nccl-tests (see ``traces.task``), ``None`` when the source did not record
+    it (such calls replay with their measured times and are left out of ``Trace.tasks``);
+    ``root`` is the global root rank of
     Broadcast/Reduce, ``peer`` the other global rank of a SendRecv. Times are µs on this
     rank's clock, when measured.
     """
 
     id: int
     op: Op
-    nbytes: int
+    nbytes: int | None
     group: str
     dtype: str = "float32"
     stream: str = "nccl"
@@ -144,13 +146,15 @@ class Trace:
         """Distinct tasks and how often each runs per iteration.
 
         A group collective counts once (on the group's lowest rank in the trace), a SendRecv
-        once per pair. ``Task.group`` is the group's shape (``"8x1"``) when the nodes of its
-        ranks are known, else the group id.
+        once per pair; calls of unknown size are left out (see ``unsized``). ``Task.group`` is
+        the group's shape (``"8x1"``) when the nodes of its ranks are known, else the group id.
         """
         present = {rank.rank for rank in self.ranks}
         counted_on = {g.id: min(present.intersection(g.ranks), default=None) for g in self.groups}
         counts: Counter[Task] = Counter()
         for rank, event in self.collectives():
+            if event.nbytes is None:
+                continue
             if event.op is Op.SENDRECV:
                 if event.peer is None or (event.peer in present and event.peer < rank):
                     continue
@@ -162,6 +166,16 @@ class Trace:
             shape = self.shape(members) or event.group
             counts[Task(event.op, event.nbytes, len(members), event.dtype, shape)] += 1
         return {task: count / self.iterations for task, count in counts.items()}
+
+    def unsized(self) -> int:
+        """How many collective calls (counted as in ``tasks``, in all iterations) have no recorded size."""
+        present = {rank.rank for rank in self.ranks}
+        counted_on = {g.id: min(present.intersection(g.ranks), default=None) for g in self.groups}
+        return sum(
+            1
+            for rank, event in self.collectives()
+            if event.nbytes is None and rank == counted_on[event.group]
+        )
 
     def validate(self, path: str | None = None) -> None:
         """Raise ``TraceError`` (naming ``path``, the rank and the event) if the trace is inconsistent."""
@@ -223,7 +237,7 @@ def _validate_events(rank: RankTrace, groups: dict[str, ProcessGroup], path: str
             check(event.mem_bytes is None or event.mem_bytes >= 0, "mem_bytes must be >= 0")
             continue
         check(isinstance(event.op, Op), f"unknown op {event.op!r}")
-        check(event.nbytes >= 0, f"negative nbytes {event.nbytes}")
+        check(event.nbytes is None or event.nbytes >= 0, f"negative nbytes {event.nbytes}")
         check(
             event.dtype in DTYPE_BYTES,
             f"unknown dtype {event.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}",
@@ -276,4 +290,5 @@ def _validate_agreement(trace: Trace, path: str | None) -> None:
 
 
 def _describe(event: CollectiveEvent) -> str:
-    return f"{event.op.value} of {event.nbytes} B {event.dtype}"
+    size = "unknown size" if event.nbytes is None else f"{event.nbytes} B"
+    return f"{event.op.value} of {size} {event.dtype}"

@@ -267,12 +267,14 @@ def _event(obj: Any, path: str | None, rank: int, index: int) -> Event:
         )
     if kind != "collective":
         event.fail(f"unknown event kind {kind!r}; expected 'collective' or 'compute'")
+    if "nbytes" not in event.obj:
+        event.fail("the event has no 'nbytes' (null when unknown)")
     op_name = event.get("op", "str")
     if op_name not in _OPS:
         event.fail(f"unknown op {op_name!r}; expected one of {', '.join(_OPS)}")
     return CollectiveEvent(
         op=Op(op_name),
-        nbytes=event.get("nbytes", "int"),
+        nbytes=event.get("nbytes", "int", nullable=True),
         group=event.get("group", "str"),
         dtype=event.get("dtype", "str"),
         stream=event.get("stream", "str", "nccl"),
