@@ -1,6 +1,7 @@
 """The YAML cluster format: reading, writing back, and errors that name the file and the key."""
 
 import textwrap
+from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -170,3 +171,11 @@ def test_top_level_must_be_a_mapping(tmp_path, text):
     path = write(tmp_path, text)
     with pytest.raises(TopologyError, match=r"x.yaml: expected a mapping, got"):
         load_cluster(path)
+
+
+def test_the_documented_example_loads(tmp_path):
+    """The YAML example in docs/topology-format.md is a valid cluster."""
+    doc = (Path(__file__).parents[1] / "docs" / "topology-format.md").read_text()
+    example = doc.split("## Example", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    cluster = load_cluster(write(tmp_path, example))
+    assert (cluster.name, cluster.gpus_per_node, cluster.nics_per_node) == ("dgx-a100", 8, 8)
