@@ -161,6 +161,21 @@ class Cluster:
         """
         return self._cached("p2p", src_gpu, dst_gpu)
 
+    def rail_route(self, src_gpu: str, dst_gpu: str, nic_index: int) -> list[Hop]:
+        """GPU → NIC ``nic_index`` of its host → fabric → NIC ``nic_index`` of the peer's host → GPU.
+
+        The path of a ring or tree edge that stays on one rail, as NCCL builds them by default
+        (``NCCL_CROSS_NIC=0``: a channel uses the same NIC on every node).
+        """
+        nic_src = self.nics(self.host_of(src_gpu))[nic_index]
+        nic_dst = self.nics(self.host_of(dst_gpu))[nic_index]
+        return self._hops(self._pcie_path(src_gpu, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
+                          + self._pcie_path(nic_dst, dst_gpu)[1:])
+
+    def pcie_distance(self, gpu: str, nic: str) -> int:
+        """PCIe hops from a GPU to a NIC of its host (NCCL prefers the nearest)."""
+        return len(self._pcie_path(gpu, nic)) - 1
+
     def shm_route(self, src_gpu: str, dst_gpu: str) -> list[Hop]:
         """Same host, staged through host memory: GPU → PCIe → the source GPU's CPU → PCIe → GPU."""
         return self._cached("shm", src_gpu, dst_gpu)

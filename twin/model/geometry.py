@@ -1,0 +1,217 @@
+"""Where a communicator's bytes go: the rings and trees NCCL builds, and what each channel gets.
+
+A ``CommGeometry`` places the ranks of a communicator on a cluster and answers, for a number
+of channels and a protocol, the payload rate one channel gets on each pattern (ring, tree,
+NVLS...) and the latency of one step.  Channels share links: the rate of a channel is the
+smallest share it gets on any link it crosses, where a link's raw rate is divided by the
+number of channel flows crossing it in that direction and scaled by the protocol's packet
+efficiency on that kind of link.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+from tuner.config import Proto, Transport
+from twin.model.protocols import hop_latency_us, store_efficiency
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One channel's stream of steps from one rank to another, over a route of hops."""
+
+    src: str
+    dst: str
+    hops: tuple
+
+    @cached_property
+    def kind(self) -> str:
+        """The link kind that sets the step's protocol cost: net > cpu > pcie > nvlink."""
+        kinds = {h.kind for h in self.hops}
+        for kind in ("net", "cpu", "pcie", "nvlink"):
+            if kind in kinds:
+                return kind
+        return "local"
+
+    def latency_us(self, proto: Proto) -> float:
+        """One step: the protocol's synchronisation on this kind of link plus fabric switch hops."""
+        fabric = sum(h.lat_us for h in self.hops if h.kind == "net")
+        return hop_latency_us(proto, self.kind) + (fabric if self.kind == "net" else 0.0)
+
+
+@dataclass(frozen=True)
+class LinkUse:
+    """How a pattern loads one directed link: a channel flow at payload rate r uses
+    ``r * raw_per_payload`` of the link's ``capacity`` (raw GB/s)."""
+
+    link: tuple[str, str]
+    raw_per_payload: float
+    capacity: float
+
+
+@dataclass(frozen=True)
+class ChannelShare:
+    """What one channel of a pattern gets: payload rate (GB/s), the latency of a step (µs), and
+    the links all its channels load (for the simulator, which shares them between collectives)."""
+
+    gbps: float
+    step_us: float
+    links: tuple[LinkUse, ...]
+
+
+def _share(flows: list[Flow], proto: Proto) -> ChannelShare:
+    raw: dict[tuple[str, str], float] = {}
+    capacity: dict[tuple[str, str], float] = {}
+    step = 0.0
+    for f in flows:
+        for h in f.hops:
+            # NIC transfers are large RDMA writes whatever the protocol's store size.
+            eff = store_efficiency(proto, h.kind, dma=f.kind == "net")
+            raw[(h.src, h.dst)] = raw.get((h.src, h.dst), 0.0) + 1.0 / eff
+            capacity[(h.src, h.dst)] = h.bw
+        step = max(step, f.latency_us(proto))
+    links = tuple(LinkUse(k, v, capacity[k]) for k, v in raw.items())
+    gbps = min((u.capacity / u.raw_per_payload for u in links), default=math.inf)
+    return ChannelShare(gbps=gbps, step_us=step, links=links)
+
+
+class CommGeometry:
+    """The ranks of one communicator on a cluster, with the transport NCCL uses inside nodes."""
+
+    def __init__(self, cluster, ranks: list[str] | None = None, transport: Transport = Transport.P2P):
+        self.cluster = cluster
+        self.ranks = list(ranks) if ranks is not None else cluster.gpus()
+        self.transport = transport
+        self._by_host: dict[int, list[str]] = {}
+        for gpu in self.ranks:
+            self._by_host.setdefault(cluster.host_of(gpu), []).append(gpu)
+        sizes = {len(v) for v in self._by_host.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"ranks are spread unevenly over nodes: {sorted(len(v) for v in self._by_host.values())}")
+        self._route = lru_cache(maxsize=None)(self._route_uncached)
+        self._shares: dict[tuple, ChannelShare] = {}
+
+    @property
+    def nranks(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def nnodes(self) -> int:
+        return len(self._by_host)
+
+    @property
+    def ppn(self) -> int:
+        return self.nranks // self.nnodes
+
+    @property
+    def arch(self) -> str:
+        return self.cluster.gpu.arch
+
+    def _route_uncached(self, src: str, dst: str, rail: int | None) -> tuple:
+        c = self.cluster
+        if c.host_of(src) != c.host_of(dst):
+            return tuple(c.route(src, dst) if rail is None else c.rail_route(src, dst, rail))
+        if self.transport is Transport.P2P:
+            return tuple(c.route(src, dst))
+        if self.transport is Transport.SHM:
+            return tuple(c.shm_route(src, dst))
+        return tuple(c.loopback_route(src, dst))
+
+    def flow(self, src: str, dst: str, rail: int | None = None) -> Flow:
+        """``src`` to ``dst``; between nodes, on NIC ``rail`` of both hosts when given."""
+        return Flow(src, dst, self._route(src, dst, rail))
+
+    def rail(self, channel: int) -> int | None:
+        """The NIC index channel ``channel`` uses on every node (None on one node)."""
+        return channel % self.cluster.nics_per_node if self.nnodes > 1 else None
+
+    def _local_order(self, host_rank: int, channel: int) -> list[str]:
+        """The node's GPUs as channel ``channel`` visits them.
+
+        On one node channels start at successive GPUs.  Across nodes a channel enters and leaves
+        every node through its rail's NIC, so it enters at the GPU second nearest that NIC,
+        visits the others in order, and leaves from the nearest (NCCL's rings do the same).
+        """
+        gpus = list(self._by_host.values())[host_rank]
+        rail = self.rail(channel)
+        if rail is None or len(gpus) == 1:
+            rot = channel % len(gpus)
+            return gpus[rot:] + gpus[:rot]
+        nic = self.cluster.nics(self.cluster.host_of(gpus[0]))[rail]
+        near = sorted(gpus, key=lambda g: (self.cluster.pcie_distance(g, nic), self.cluster.nic_of(g) != nic))
+        exit_gpu, entry_gpu = near[0], near[1]
+        start = gpus.index(entry_gpu)
+        middle = [g for g in gpus[start:] + gpus[:start] if g not in (entry_gpu, exit_gpu)]
+        return [entry_gpu, *middle, exit_gpu]
+
+    def ring(self, channel: int) -> list[str]:
+        """Ranks in ring order for one channel: node after node, each node's GPUs in a chain."""
+        return [g for h in range(self.nnodes) for g in self._local_order(h, channel)]
+
+    def ring_flows(self, channel: int) -> list[Flow]:
+        order = self.ring(channel)
+        rail = self.rail(channel)
+        return [self.flow(a, b, rail) for a, b in zip(order, order[1:] + order[:1], strict=True) if a != b]
+
+    def tree_flows(self, channel: int) -> list[Flow]:
+        """Chain inside each node to its head, binary tree between node heads, both directions."""
+        flows = []
+        heads = []
+        for h in range(self.nnodes):
+            chain = self._local_order(h, channel)[::-1]  # the head sits nearest the channel's NIC
+            heads.append(chain[0])
+            for a, b in zip(chain[1:], chain[:-1], strict=True):
+                flows += [self.flow(a, b), self.flow(b, a)]
+        mirror = channel % 2  # NCCL's double binary tree: odd channels use the mirrored tree
+        order = heads[::-1] if mirror else heads
+        rail = self.rail(channel)
+        for i in range(1, len(order)):
+            parent, child = order[(i - 1) // 2], order[i]
+            flows += [self.flow(child, parent, rail), self.flow(parent, child, rail)]
+        return flows
+
+    def chain_flows(self, channel: int) -> list[Flow]:
+        """Broadcast/Reduce: the ring without its closing edge (a pipeline from the root)."""
+        return self.ring_flows(channel)[:-1] or self.ring_flows(channel)
+
+    def nvls_flows(self, channel: int) -> list[Flow]:
+        """Every GPU to and from its NVSwitch (multicast stores and in-switch reductions)."""
+        flows = []
+        for gpu in self.ranks:
+            switch = next(n for n in self.cluster.graph.neighbors(gpu)
+                          if self.cluster.graph.nodes[n]["kind"] == "nvswitch")
+            flows += [Flow(gpu, switch, (self._edge_hop(gpu, switch),)),
+                      Flow(switch, gpu, (self._edge_hop(switch, gpu),))]
+        if self.nnodes > 1:
+            flows += self.tree_flows(channel)[2 * self.nnodes * (self.ppn - 1):]
+        return flows
+
+    def _edge_hop(self, u: str, v: str):
+        from twin.topology import Hop
+
+        data = self.cluster.graph.edges[u, v]
+        return Hop(src=u, dst=v, kind=data["kind"], bw=data["bw"], lat_us=data["lat_us"])
+
+    def pair_flows(self) -> list[Flow]:
+        """AllToAll: every rank to every other rank."""
+        return [self.flow(a, b) for a in self.ranks for b in self.ranks if a != b]
+
+    @property
+    def collnet(self) -> bool:
+        """In-network reduction (SHARP) on the fabric switches the nodes talk through."""
+        g = self.cluster.graph
+        return self.nnodes > 1 and any(d.get("kind") == "switch" and d.get("sharp") for _, d in g.nodes(data=True))
+
+    def share_of_flows(self, flows: list[Flow], proto: Proto) -> ChannelShare:
+        return _share(flows, proto)
+
+    def share(self, pattern: str, nchannels: int, proto: Proto) -> ChannelShare:
+        """The per-channel rate and step latency of ``pattern`` run on ``nchannels`` channels."""
+        key = (pattern, nchannels, proto)
+        if key not in self._shares:
+            builder = {"ring": self.ring_flows, "tree": self.tree_flows, "chain": self.chain_flows,
+                       "nvls": self.nvls_flows}[pattern]
+            self._shares[key] = _share([f for c in range(nchannels) for f in builder(c)], proto)
+        return self._shares[key]

@@ -1,0 +1,175 @@
+"""An NCCL algorithm as a schedule of steps for one channel, read by both engines.
+
+Two shapes cover NCCL's algorithms:
+
+* **rounds** (Ring AllReduce/AllGather/ReduceScatter, PAT, AllToAll): a loop of ``steps``
+  dependent steps in which every rank sends one chunk to its neighbour at the same time;
+  loops run one after another.  A step waits for the previous step's data, so it costs the
+  larger of its transfer time and the hop latency plus one cut-through unit.
+* **pipeline** (Broadcast, Reduce, Tree, CollNet, NVLS, SendRecv): ``loops`` chunks stream
+  down a chain of ``steps`` hops; the last chunk leaves the chain ``steps + loops - 1`` step
+  times after the first one entered it.
+
+Per step, ``unit_bytes`` is the cut-through grain: a receiver forwards a Simple slice once it
+has all of it, but LL and LL128 data line by line, so their steps overlap almost entirely.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from traces.task import Op
+from tuner.config import Algo, Config, Proto
+from twin.model.geometry import CommGeometry, LinkUse
+from twin.model.protocols import EXTRA_GPU_LAUNCH_US, LAUNCH_US, cta_copy_gbps
+
+LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
+"""LL/LL128 cut-through grain: what one warp writes before the receiver can act on it."""
+
+ALGORITHMS_FOR_OP = {
+    Op.ALLREDUCE: (Algo.RING, Algo.TREE, Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN),
+    Op.ALLGATHER: (Algo.RING, Algo.PAT, Algo.NVLS, Algo.COLLNET_DIRECT),
+    Op.REDUCESCATTER: (Algo.RING, Algo.PAT, Algo.NVLS, Algo.COLLNET_DIRECT),
+    Op.BROADCAST: (Algo.RING,),
+    Op.REDUCE: (Algo.RING,),
+    Op.ALLTOALL: (Algo.RING,),
+    Op.SENDRECV: (Algo.RING,),
+}
+"""Algorithms NCCL implements for each op; AllToAll and SendRecv are point-to-point, named RING."""
+
+SIMPLE_ONLY = (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN, Algo.PAT)
+
+
+class Unsupported(ValueError):
+    """The configuration is one NCCL cannot run here (wrong algorithm for the op or fabric)."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One channel's share of a collective, in the units both engines use (bytes, GB/s, µs)."""
+
+    shape: str  # "rounds" | "pipeline"
+    steps: int
+    loops: int
+    step_bytes: float
+    unit_bytes: float
+    gbps: float
+    step_us: float
+    launch_us: float
+    cap_gbps: float = np.inf
+    """What the channel's CTA can copy, whatever the links offer."""
+    links: tuple = ()
+    """``LinkUse`` of every directed link the collective's channels load."""
+
+    @property
+    def n_steps(self):
+        """Step times from the first send to the last receive."""
+        return self.loops * self.steps if self.shape == "rounds" else self.steps + self.loops - 1
+
+    def latency_us(self, gbps):
+        """The part of a step that does not overlap the transfer: hop latency plus one grain."""
+        return self.step_us + self.unit_bytes / (gbps * 1e3)
+
+    def time_us(self):
+        """Closed form: the time the engines agree on for an uncontended run.
+
+        Every field may be a numpy array (the fast path sweeps threads and chunk sizes at once).
+        """
+        step = np.maximum(self.step_bytes / (self.gbps * 1e3), self.latency_us(self.gbps))
+        return self.launch_us + self.n_steps * step
+
+
+def check_supported(geom: CommGeometry, op: Op, algo: Algo, proto: Proto) -> None:
+    """Raise ``Unsupported`` with the reason if NCCL cannot run ``algo``/``proto`` for ``op`` here."""
+    if algo not in ALGORITHMS_FOR_OP[op]:
+        names = ", ".join(a.value for a in ALGORITHMS_FOR_OP[op])
+        raise Unsupported(f"{op} has no {algo} algorithm (NCCL offers {names})")
+    if algo in SIMPLE_ONLY and proto is not Proto.SIMPLE:
+        raise Unsupported(f"{algo} runs only with the simple protocol")
+    if op in (Op.ALLTOALL, Op.SENDRECV) and proto is not Proto.SIMPLE:
+        raise Unsupported(f"{op} is point-to-point and uses the simple protocol")
+    if algo in (Algo.NVLS, Algo.NVLS_TREE) and not geom.cluster.has_nvswitch():
+        raise Unsupported(f"{algo} needs NVSwitch (NVLink SHARP); this cluster has none")
+    if algo is Algo.NVLS_TREE and geom.nnodes == 1:
+        raise Unsupported("nvls_tree needs more than one node")
+    if algo is Algo.NVLS and geom.nnodes > 1 and op is not Op.ALLREDUCE:
+        raise Unsupported(f"nvls {op} runs within one node only")
+    if algo is Algo.PAT and geom.ppn != 1:
+        raise Unsupported("pat needs exactly one GPU per node")
+    if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) and not geom.collnet:
+        raise Unsupported(f"{algo} needs in-network reduction (SHARP) switches; this fabric has none")
+    if geom.nranks == 1 and op is not Op.SENDRECV:
+        raise Unsupported("a 1-rank communicator copies locally; nothing to tune")
+
+
+def build_schedule(geom: CommGeometry, op: Op, nbytes: int, config: Config, *, gpus_per_process: int = 1
+                   ) -> Schedule:
+    """The per-channel schedule of ``op`` on ``nbytes`` with ``config`` (raises ``Unsupported``)."""
+    check_supported(geom, op, config.algo, config.proto)
+    return schedule_for(geom, op, nbytes, config.algo, config.proto, config.nchannels, config.nthreads,
+                        config.chunk_bytes, gpus_per_process=gpus_per_process)
+
+
+def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Proto, nch: int, nthreads, chunk,
+                 *, gpus_per_process: int = 1) -> Schedule:
+    """``build_schedule`` without the support check, with ``nthreads``/``chunk`` scalars or arrays."""
+    n = geom.nranks
+    reduces = op in (Op.ALLREDUCE, Op.REDUCESCATTER, Op.REDUCE)
+    copy = cta_copy_gbps(geom.arch, proto, nthreads, reduces=reduces)
+    launch = LAUNCH_US[proto] + EXTRA_GPU_LAUNCH_US * (gpus_per_process - 1)
+    per_channel = nbytes / nch
+    unit = LL_UNIT_BYTES.get(proto, chunk / 2)
+
+    def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
+               extra_launch: float = 0.0) -> Schedule:
+        share = geom.share(pattern, nch, proto)
+        gbps = np.minimum(share.gbps * rate_scale, copy)
+        loops = np.maximum(1, np.ceil(per_channel / (loop_bytes_per_chunk * chunk)))
+        step_bytes = per_channel / (loops * loop_bytes_per_chunk)
+        return Schedule(shape, steps, loops, step_bytes, np.minimum(unit, step_bytes), gbps, share.step_us,
+                        launch + extra_launch, copy, scaled_links(share.links, rate_scale))
+
+    if op in (Op.SENDRECV, Op.ALLTOALL):
+        flows = [geom.flow(geom.ranks[0], geom.ranks[1])] if op is Op.SENDRECV else geom.pair_flows()
+        share = geom.share_of_flows(flows * nch, proto)
+        # A channel drives one flow to each peer; every flow gets the busiest link's share.
+        gbps = np.minimum(share.gbps * len(flows) / (1 if op is Op.SENDRECV else n), copy)
+        payload = nbytes * ((n - 1) / n if op is Op.ALLTOALL else 1.0) / nch
+        loops = np.maximum(1, np.ceil(payload / chunk))
+        step_bytes = payload / loops
+        per_flow = len(flows) / (1 if op is Op.SENDRECV else n)
+        return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us, launch, copy,
+                        scaled_links(share.links, per_flow))
+    if algo is Algo.RING:
+        if op is Op.ALLREDUCE:
+            return shaped("rounds", "ring", 2 * (n - 1), n)
+        if op in (Op.ALLGATHER, Op.REDUCESCATTER):
+            return shaped("rounds", "ring", n - 1, n)
+        return shaped("pipeline", "chain", n - 1, 1)  # Broadcast, Reduce
+    if algo is Algo.TREE:
+        depth = (geom.ppn - 1) + math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else geom.ppn - 1
+        return shaped("pipeline", "tree", 2 * max(depth, 1), 1)
+    if algo is Algo.PAT:
+        return shaped("rounds", "ring", max(1, math.ceil(math.log2(n))), n,
+                      rate_scale=math.ceil(math.log2(n)) / (n - 1) if n > 1 else 1.0)
+    if algo in (Algo.NVLS, Algo.NVLS_TREE):
+        # In-switch reduction: each GPU sends its data once and receives the result once.
+        inter = 2 * math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else 0
+        return shaped("pipeline", "nvls", 2 + inter, 1, rate_scale=NVLS_EFFICIENCY)
+    # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
+    steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
+    return shaped("pipeline", "tree", steps, 1)
+
+
+def scaled_links(links: tuple, rate_scale: float) -> tuple:
+    """Link uses for a channel whose payload rate is ``rate_scale`` times its flows' rate."""
+    if rate_scale == 1.0:
+        return links
+    return tuple(LinkUse(u.link, u.raw_per_payload / rate_scale, u.capacity) for u in links)
+
+
+NVLS_EFFICIENCY = 0.85
+"""NVSwitch multimem reductions run at this share of NVLink rate (NCCL's Hopper nvlsEfficiency)."""
