@@ -1,0 +1,296 @@
+"""What stock NCCL picks for one call: algorithm, protocol, channels, threads and chunk.
+
+The order follows ``ncclGetAlgoInfo`` (``src/enqueue.cc``): the cost table's cheapest
+entry wins (``topoGetAlgoInfo``: algorithms then protocols in NCCL's index order, strict
+``<``, so ties go to the lower index); the same function then trims channels and threads
+for small messages; ``scheduleCollTasksToPlan`` spreads the call over channels in cells of
+at least 16 KiB of traffic and ``calcCollChunking`` sizes each channel's chunks.
+
+AllToAll and SendRecv are point-to-point in NCCL: no cost table, no algorithm.  For them
+:func:`nccl_choice` reports ``Algo.RING`` / ``Proto.SIMPLE`` as placeholder names meaning
+"p2p", the p2p channels per peer, NCCL_MAX_NTHREADS threads, the p2p chunk, and a rough
+latency + bandwidth time (NCCL itself makes no estimate for p2p).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from traces.task import Op
+from tuner.config import Algo, Proto
+from twin.nccl_model.constants import (
+    COLLNET_THREAD_THRESHOLD,
+    GRAIN_BYTES,
+    LL128_DATAELEMS,
+    LL128_LINEELEMS,
+    LL128_MAX_NTHREADS,
+    LL_MAX_NTHREADS,
+    MAX_NTHREADS,
+    MAXCHANNELS,
+    MIN_TRAFFIC_PER_CHANNEL,
+    NCCL_STEPS,
+    NVLS_CHUNK,
+    P2P_NET_CHUNK,
+    P2P_NVL_CHUNK,
+    P2P_PCI_CHUNK,
+    PCI_BW,
+    SIMPLE_MAX_NTHREADS,
+    THREAD_THRESHOLD,
+    WARP_SIZE,
+    tuner_constants,
+)
+from twin.nccl_model.cost_table import cost_table, implemented, model_entry
+from twin.nccl_model.inputs import NcclCommInfo
+
+P2P_OPS = (Op.ALLTOALL, Op.SENDRECV)
+
+
+@dataclass(frozen=True)
+class NcclChoice:
+    """NCCL's decision for one call.
+
+    ``nchannels`` is ``topoGetAlgoInfo``'s channel budget (what a tuner plugin's
+    ``nChannels`` would replace); ``channels_used`` is how many of them the scheduler
+    actually fills (fewer for small messages).  ``chunk_bytes`` is the data carried per
+    chunk on a channel.  ``nccl_time_us`` is NCCL's own estimate, not a measurement.
+    """
+
+    algo: Algo
+    proto: Proto
+    nchannels: int
+    nthreads: int
+    chunk_bytes: int
+    nccl_time_us: float
+    channels_used: int = 0
+
+
+def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32") -> NcclChoice:
+    """What stock NCCL (no tuner plugin) does for ``op`` of ``nbytes`` on this communicator."""
+    if op in P2P_OPS:
+        return _p2p_choice(info, op, nbytes)
+    table = cost_table(info, op, nbytes, dtype=dtype)
+    best, best_time = None, math.inf
+    for a in Algo:
+        for p in Proto:
+            t = table[a, p]
+            if 0.0 <= t < best_time:
+                best, best_time = (a, p), t
+    if best is None:
+        envs = (("NCCL_ALGO", info.algo_env), ("NCCL_PROTO", info.proto_env))
+        env = "".join(f" {k}={v}" for k, v in envs if v)
+        raise ValueError(f"no algorithm/protocol available for {op} ({dtype}){env}")
+    algo, proto = best
+    nc, nt = algo_info(info, op, algo, proto, nbytes)
+    used = channels_used(info, op, algo, proto, nbytes, nc)
+    chunk = _chunk_for(info, op, algo, proto, nbytes, nc, used)
+    return NcclChoice(algo, proto, nc, nt, chunk, best_time, used)
+
+
+def default_resources(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto,
+                      nbytes: int) -> tuple[int, int, int]:
+    """(nchannels, nthreads, chunk_bytes) NCCL uses once ``algo``/``proto`` are forced."""
+    if op in P2P_OPS:
+        choice = _p2p_choice(info, op, nbytes)
+        return choice.nchannels, choice.nthreads, choice.chunk_bytes
+    if not implemented(op, algo, proto):
+        raise ValueError(f"NCCL has no {algo}/{proto} implementation of {op}")
+    nc, nt = algo_info(info, op, algo, proto, nbytes)
+    used = channels_used(info, op, algo, proto, nbytes, nc)
+    return nc, nt, _chunk_for(info, op, algo, proto, nbytes, nc, used)
+
+
+def max_threads(info: NcclCommInfo, algo: Algo, proto: Proto) -> int:
+    """``comm->maxThreads[algo][proto]`` as ``ncclTopoTuneModel`` sets it (0 where unset, e.g. PAT)."""
+    if proto is Proto.SIMPLE:
+        if algo is Algo.RING:
+            pci_class = info.bw_intra * info.search_channels <= PCI_BW
+            return _nthreads(info.nthreads_env, 2 * WARP_SIZE, SIMPLE_MAX_NTHREADS,
+                             256 if pci_class else SIMPLE_MAX_NTHREADS)
+        if algo is Algo.TREE:
+            return _nthreads(info.nthreads_env, 2 * WARP_SIZE, SIMPLE_MAX_NTHREADS, SIMPLE_MAX_NTHREADS)
+        return 0 if algo is Algo.PAT else MAX_NTHREADS
+    if algo not in (Algo.RING, Algo.TREE):
+        return 0
+    if proto is Proto.LL:
+        return _nthreads(info.nthreads_env, 2 * WARP_SIZE, LL_MAX_NTHREADS, LL_MAX_NTHREADS)
+    return _nthreads(info.ll128_nthreads_env, LL128_MAX_NTHREADS // 4, LL128_MAX_NTHREADS, LL128_MAX_NTHREADS)
+
+
+def algo_info(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int) -> tuple[int, int]:
+    """``topoGetAlgoInfo``'s channels and threads per block for a chosen (algo, proto)."""
+    nc, nt = info.nchannels, max_threads(info, algo, proto)
+    threshold = _thread_threshold(info, algo, proto)
+    if algo is Algo.COLLNET_DIRECT:
+        heads, switch, short = info.collnet_heads, 16, True
+        while switch >= 1 and short:
+            while (short := nbytes < nc * nt * heads * threshold) and nc > switch:
+                if nc == switch + switch // 2:
+                    threshold //= 2
+                nc -= 1
+            switch //= 2
+    elif algo in (Algo.NVLS, Algo.NVLS_TREE):
+        multinode_cap = tuner_constants(info.nccl_version).nvls_multinode_channel_cap
+        capped = algo is Algo.NVLS and info.nnodes > 1 and multinode_cap
+        nc = min(info.nvls_channels, info.nchannels) if capped else info.nvls_channels
+    else:
+        while nbytes < nc * nt * threshold and nc >= 2:
+            nc -= 1
+    if algo not in (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT):
+        while nbytes < nc * nt * threshold and nt % 128 == 0:
+            nt //= 2
+    if proto is Proto.SIMPLE:
+        nt += {Algo.RING: WARP_SIZE, Algo.TREE: 4 * WARP_SIZE}.get(algo, 0)  # sync warps
+    nt = max(nt, 3 * WARP_SIZE)
+    if algo in (Algo.TREE, Algo.PAT):
+        nt = MAX_NTHREADS
+    return nc, nt
+
+
+def channels_used(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int, nc: int) -> int:
+    """Channels ``scheduleCollTasksToPlan`` fills for a lone call with ``nc`` allowed."""
+    if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) or (algo is Algo.NVLS and info.nnodes > 1):
+        return nc  # CollNet-style scheduling splits evenly over all channels
+    kind_max = info.nvls_channels if algo in (Algo.NVLS, Algo.NVLS_TREE) else info.nchannels
+    nc = max(1, min(nc, kind_max))
+    per_byte = {Op.ALLREDUCE: 2, Op.ALLGATHER: info.nranks, Op.REDUCESCATTER: info.nranks}.get(op, 1)
+    per_byte *= 4 if proto is Proto.LL else 1
+    count_bytes = nbytes // info.nranks if op in (Op.ALLGATHER, Op.REDUCESCATTER) else nbytes
+    if count_bytes == 0:
+        return 1
+    per_channel = max(MIN_TRAFFIC_PER_CHANNEL, max(MIN_TRAFFIC_PER_CHANNEL, count_bytes * per_byte) // nc)
+    cell = _ceil_div(_ceil_div(MIN_TRAFFIC_PER_CHANNEL, per_byte), 16) * 16
+    cells = _ceil_div(count_bytes, cell)
+    cells_per_channel = min(cells, _ceil_div(per_channel, cell * per_byte))
+    return min(_ceil_div(cells, cells_per_channel), kind_max)
+
+
+def chunk_size(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int, nchannels: int = 1) -> int:
+    """``calcCollChunking``: data bytes per chunk for ``nbytes`` spread over ``nchannels``.
+
+    Since 2.22 NCCL calls it once per channel part with ``nchannels=1`` and the part's
+    bytes; CollNet calls it once with all channels and the whole buffer.
+    """
+    buff = {Proto.LL: info.ll_buffsize, Proto.LL128: info.ll128_buffsize, Proto.SIMPLE: info.buffsize}[proto]
+    step = buff // NCCL_STEPS
+    ring_simple = proto is Proto.SIMPLE and algo is Algo.RING
+    chunk_steps = (4 if op in (Op.ALLREDUCE, Op.ALLGATHER, Op.REDUCESCATTER) else 1) if ring_simple else 1
+    chunk = step * chunk_steps
+    if proto is Proto.LL:
+        chunk //= 2
+    elif proto is Proto.LL128:
+        chunk = chunk // LL128_LINEELEMS * LL128_DATAELEMS
+    ppn = info.ppn
+    if algo is Algo.COLLNET_DIRECT:
+        heads, depth = info.collnet_heads, (1 if ppn == 1 else 2)
+        for floor, mult in ((131072, 64), (65536, 8), (32768, 8)):
+            while nbytes // (nchannels * heads * chunk) < depth * mult and chunk > floor:
+                chunk //= 2
+    elif algo is Algo.COLLNET_CHAIN:
+        chunk, depth = min(256 << 10, info.buffsize // NCCL_STEPS), int(ppn)
+        for floor, mult in ((131072, 64), (65536, 8), (32768, 1)):
+            while nbytes // (nchannels * chunk) < depth * mult and chunk > floor:
+                chunk //= 2
+    elif algo is Algo.NVLS:
+        cap = NVLS_CHUNK
+        if info.nnodes > 1 and model_entry(info, Op.ALLREDUCE, Algo.NVLS, Proto.SIMPLE)[0] < 150:
+            cap = 32768
+        chunk = min(chunk, cap)
+        ops = nchannels * info.nvls_graph[0]
+        for mult, size in ((64, 65536), (8, 32768), (2, 16384)):
+            if nbytes < mult * ops * chunk and chunk > size:
+                chunk = size
+    elif algo is Algo.NVLS_TREE:
+        ops = nchannels * info.nvls_graph[0]
+        chunk = min(NVLS_CHUNK, 65536 if info.nnodes >= 4 else NVLS_CHUNK)
+        for mult, size in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+            if nbytes < mult * ops * chunk and chunk > size:
+                chunk = size
+    elif algo is Algo.TREE and proto is Proto.LL128:
+        nsteps = 1 + (info.nnodes.bit_length() - 1) + 0.1 * ppn
+        for floor, mult in ((131072, 64), (32768, 16)):
+            while nbytes // (nchannels * chunk) < nsteps * mult / ppn and chunk > floor:
+                chunk //= 2
+    elif algo is Algo.PAT and op in (Op.ALLGATHER, Op.REDUCESCATTER):
+        mult = 32 if op is Op.ALLGATHER else 16
+        while chunk * nchannels * mult > nbytes and chunk > 65536:
+            chunk //= 2
+    grain = GRAIN_BYTES[proto.nccl_index]
+    return chunk // grain * grain
+
+
+def p2p_channels_per_peer(info: NcclCommInfo) -> int:
+    """``comm->p2pnChannelsPerPeer``, from the field or a simple rule.
+
+    Rule: a network peer gets ``NCCL_NCHANNELS_PER_NET_PEER`` (default 2, halved while
+    ``2 × nranks > 4 × p2pnChannels``); an NVLink peer gets the communicator's channels;
+    a PCIe peer 2.  The per-peer count is the smallest over peers, rounded up to a power
+    of two and capped by the p2p channels.
+    """
+    p2p_channels = _pow2_up(min(info.nchannels, MAXCHANNELS))
+    if info.p2p_channels_per_peer is not None:
+        return min(info.p2p_channels_per_peer, p2p_channels)
+    if info.nnodes > 1:
+        peer = 2
+        while peer * info.nranks > p2p_channels * 4 and peer > 1:
+            peer //= 2
+    else:
+        peer = info.nchannels if info.intra_nvlink else 2
+    return min(_pow2_up(peer), p2p_channels)
+
+
+def _p2p_choice(info: NcclCommInfo, op: Op, nbytes: int) -> NcclChoice:
+    p2p_channels = _pow2_up(min(info.nchannels, MAXCHANNELS))
+    per_peer = p2p_channels_per_peer(info)
+    nc = per_peer
+    if op is Op.ALLTOALL:  # one channel per operation when all peers are busy
+        while nc * info.nranks > p2p_channels and nc > 1:
+            nc //= 2
+    chunk = P2P_NET_CHUNK if info.nnodes > 1 else (P2P_NVL_CHUNK if info.intra_nvlink else P2P_PCI_CHUNK)
+    chunk = min(chunk, info.buffsize // NCCL_STEPS)
+    return NcclChoice(Algo.RING, Proto.SIMPLE, nc, MAX_NTHREADS, chunk, _p2p_time(info, op, nbytes, nc), nc)
+
+
+def _p2p_time(info: NcclCommInfo, op: Op, nbytes: int, nc: int) -> float:
+    """Rough p2p estimate from NCCL's Ring/Simple latencies and the search bandwidth."""
+    tc = tuner_constants(info.nccl_version)
+    hop = tc.hw_lat[2 if info.nnodes > 1 else (0 if info.intra_nvlink else 1)][Algo.RING.nccl_index][2]
+    per_channel = info.bw_inter if info.nnodes > 1 else info.bw_intra
+    bw = max(per_channel * min(nc, info.search_channels), 1e-9)
+    if op is Op.SENDRECV:
+        return tc.base_lat[Algo.RING.nccl_index][2] + hop + nbytes / (1000.0 * bw)
+    peers = max(info.nranks - 1, 1)
+    ring_bw = max(per_channel * info.search_channels, 1e-9)
+    moved = nbytes * peers / info.nranks
+    return tc.base_lat[Algo.RING.nccl_index][2] + peers * hop + moved / (1000.0 * ring_bw)
+
+
+def _chunk_for(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int, nc: int, used: int) -> int:
+    if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
+        return chunk_size(info, op, algo, proto, nbytes, nc)
+    return chunk_size(info, op, algo, proto, _ceil_div(nbytes, max(used, 1)), 1)
+
+
+def _thread_threshold(info: NcclCommInfo, algo: Algo, proto: Proto) -> int:
+    if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) and proto is Proto.SIMPLE:
+        return COLLNET_THREAD_THRESHOLD
+    threshold = THREAD_THRESHOLD[proto.nccl_index]
+    return threshold * info.nranks if (algo is Algo.RING and proto is Proto.LL) else threshold
+
+
+def _nthreads(env: int | None, low: int, high: int, default: int) -> int:
+    """``getNthreads``: an env value is clamped to [low, high]; not a multiple of 32 → high."""
+    if env is None or env <= 0:
+        return default
+    if env % WARP_SIZE:
+        return high
+    return min(max(env, low), high)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_up(x: int) -> int:
+    return 1 << max(x - 1, 0).bit_length()
+
