@@ -1,0 +1,185 @@
+"""From a cluster description to :class:`NcclCommInfo`, the way NCCL's init gets there.
+
+Per host NCCL keeps the communicator's GPUs (and the NICs when it spans hosts), runs the
+ring search, the tree search with the ring's channel count, and the NVLS search; ranks
+then agree on the minimum channels and bandwidths and the maximum path types.  At connect
+time every search channel becomes two execution channels (more on Hopper multi-node rings
+faster than 45 GB/s with fewer than 16), capped at 64.
+
+What the emulation gives on common systems (NCCL 2.28, defaults):
+
+================  ==================  =============================================
+system            search channels     comm channels (``NCCL INFO N coll channels``)
+================  ==================  =============================================
+DGX A100, 8 GPU   12 × 20 GB/s        24 — matches logs, e.g. NVIDIA/nccl-tests#100
+                                      ("Channel 23/24" on an HGX A100)
+H800 (8 NVLinks)  8 × 20 GB/s         16 — matches NVIDIA/nccl#892 ("16 coll channels")
+================  ==================  =============================================
+
+sjeaugey in NVIDIA/nccl#1041: "Execution channels are typically 2x the search channels,
+but for NVLSTree, NVLS, or CollnetDirect, they are completely decorrelated."
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+
+from twin.hardware import gpu_spec
+from twin.nccl_model.constants import MAXCHANNELS
+from twin.nccl_model.graph_search import BALANCED_TREE, NVLS, RING, TREE, Graph, compute
+from twin.nccl_model.inputs import NcclCommInfo, PathType
+from twin.nccl_model.system import NodeSystem, nvlink_bw
+
+_KIND = {"gpu": "gpu", "nvswitch": "nvs", "pcie_switch": "pci", "cpu": "cpu", "nic": "nic"}
+
+
+def comm_info(cluster, ranks: list[str], *, nccl_version: tuple[int, int, int] = (2, 28, 9),
+              nvls_enable: bool = True, collnet: bool = False) -> NcclCommInfo:
+    """Emulate NCCL's init on ``ranks`` (GPU node names of ``cluster.graph``, in rank order)."""
+    graph = cluster.graph
+    if not ranks:
+        raise ValueError("a communicator needs at least one rank")
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"ranks list a GPU twice: {ranks}")
+    hosts: dict[object, list[str]] = defaultdict(list)
+    for name in ranks:
+        if name not in graph or graph.nodes[name].get("kind") != "gpu":
+            raise ValueError(f"rank {name!r} is not a GPU of the cluster")
+        hosts[graph.nodes[name]["host"]].append(name)
+    sm = min(gpu_spec(graph.nodes[g]["model"]).sm_version for g in ranks)
+    vendor = _cpu_vendor(graph)
+    inter = len(hosts) > 1
+    per_host, done = [], {}
+    for host, gpus in hosts.items():
+        key = _host_signature(graph, host, gpus)
+        if key not in done:  # identical hosts search alike
+            system = build_system(graph, host, gpus, inter, sm, vendor)
+            ring = compute(system, RING, 1, MAXCHANNELS // 2)
+            tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels)
+            nvls = compute(system, NVLS, 1, MAXCHANNELS) if nvls_enable and len(gpus) > 1 else None
+            done[key] = (system, ring, tree, nvls)
+        per_host.append(done[key])
+    ring = _agree([r for _, r, _, _ in per_host])
+    tree = _agree([t for _, _, t, _ in per_host])
+    nvls_graphs = [v for *_, v in per_host]
+    nvls = _agree(nvls_graphs) if all(v is not None for v in nvls_graphs) else None
+
+    nnodes, nranks = len(hosts), len(ranks)
+    search_channels = min(ring.nchannels, tree.nchannels)
+    nchannels = min(MAXCHANNELS, 2 * search_channels)
+    if sm >= 90 and nnodes > 1 and ring.bw_intra > 45.0 and nchannels < 16:
+        nchannels *= 2  # "4 compute channels per search channel" on Hopper multi-node
+    nvls_heads = nvls.nchannels if nvls is not None else 0
+    return NcclCommInfo(
+        nranks=nranks, nnodes=nnodes, sm_version=sm,
+        intra_nvlink=ring.type_intra == PathType.NVL,
+        bw_intra=ring.bw_intra, bw_inter=ring.bw_inter, nchannels=nchannels,
+        tree_bw_intra=tree.bw_intra, tree_bw_inter=tree.bw_inter,
+        nvls_support=nvls_heads > 0, nvls_channels=_nvls_channels(sm, nnodes) if nvls_heads else 0,
+        collnet_support=collnet, cpu_vendor=vendor, nccl_version=nccl_version,
+        graph_channels=search_channels, intra_path=ring.type_intra, inter_path=ring.type_inter,
+        tree_pattern_split=tree.pattern == TREE, same_channels=ring.same_channels,
+        nvls_graph_channels=nvls_heads,
+        nvls_bw_intra=nvls.bw_intra if nvls else None, nvls_bw_inter=nvls.bw_inter if nvls else None,
+        nvswitch=any(s.nvs is not None for s, *_ in per_host),
+        p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm),
+    )
+
+
+def build_system(graph, host, gpus: list[str], inter: bool, sm: int, vendor: str) -> NodeSystem:
+    """NCCL's view of ``host``: the communicator's GPUs there, switches, CPUs, NICs if ``inter``."""
+    system = NodeSystem(sm, vendor)
+    keep = set(gpus)
+    order = sorted(gpus, key=lambda g: graph.nodes[g].get("local", 0))
+    for i, name in enumerate(order):
+        system.add(name, "gpu", index=i)
+    nvl = nvlink_bw(sm)
+    for a, b, data in graph.edges(data=True):
+        na, nb = graph.nodes[a], graph.nodes[b]
+        if na.get("host") != host or nb.get("host") != host:
+            continue
+        ka, kb = _KIND.get(na.get("kind")), _KIND.get(nb.get("kind"))
+        if ka is None or kb is None or (ka == "gpu" and a not in keep) or (kb == "gpu" and b not in keep):
+            continue
+        if "nic" in (ka, kb) and not inter:
+            continue
+        node_a = system.add("nvs" if ka == "nvs" else a, ka)
+        node_b = system.add("nvs" if kb == "nvs" else b, kb)
+        kind = data.get("kind")
+        if kind == "nvlink":
+            if node_a is not node_b:
+                system.connect(node_a, node_b, "nvl", data.get("nlinks", 1) * nvl)
+        elif kind == "pcie":
+            system.connect(node_a, node_b, "pci", float(data["bw"]))
+        elif kind == "cpu":
+            system.connect(node_a, node_b, "sys", float(data["bw"]))
+    if inter:
+        nics = sorted((n for n in system.of_kind("nic")), key=lambda n: graph.nodes[n.name].get("local", 0))
+        for i, nic in enumerate(nics):
+            rate = graph.nodes[nic.name]["gbps"] / 8.0
+            net = system.add(f"{nic.name}/net", "net", index=i, net_bw=rate)
+            system.connect(nic, net, "net", rate)
+    system.compute_paths()
+    return system
+
+
+def _agree(graphs: list[Graph]) -> Graph:
+    """Ranks align on the minimum channels and bandwidths, maximum path types."""
+    out = copy.copy(graphs[0])
+    for g in graphs[1:]:
+        out.nchannels = min(out.nchannels, g.nchannels)
+        out.bw_intra, out.bw_inter = min(out.bw_intra, g.bw_intra), min(out.bw_inter, g.bw_inter)
+        out.type_intra, out.type_inter = max(out.type_intra, g.type_intra), max(out.type_inter, g.type_inter)
+        out.same_channels = out.same_channels and g.same_channels
+        if g.pattern == TREE:
+            out.pattern = TREE
+    return out
+
+
+def _host_signature(graph, host, gpus: list[str]) -> tuple:
+    """What the search sees of a host, with node names replaced by their rank within the host."""
+    names = sorted((n for n, d in graph.nodes(data=True) if d.get("host") == host),
+                   key=lambda n: (graph.nodes[n]["kind"], graph.nodes[n].get("local", -1), n))
+    index = {n: i for i, n in enumerate(names)}
+    nodes = tuple((graph.nodes[n]["kind"], graph.nodes[n].get("gbps"), graph.nodes[n].get("model"),
+                   n in gpus) for n in names)
+    edges = tuple(sorted((*sorted((index[a], index[b])), d.get("kind"), d.get("bw"), d.get("nlinks"))
+                         for a, b, d in graph.edges(names, data=True) if a in index and b in index))
+    return nodes, edges
+
+
+def _nvls_channels(sm: int, nnodes: int) -> int:
+    if sm >= 100:
+        return 32 if nnodes > 1 else 24
+    return 16
+
+
+def _p2p_per_peer(systems: list[NodeSystem], nranks: int, nnodes: int, nchannels: int, sm: int) -> int:
+    """``ncclTopoComputeP2pChannels``: the fewest channels any peer gets, as a power of two."""
+    p2p_channels = min(nchannels, MAXCHANNELS)
+    fewest = p2p_channels
+    nvl = nvlink_bw(sm)
+    for system in systems:
+        for a in system.gpus:
+            for b in system.gpus:
+                if a is b:
+                    continue
+                path = system.path(b, a)
+                per_peer = 2 * max(1, int(path.bw / nvl)) if path and path.type == PathType.NVL else 2
+                fewest = min(fewest, per_peer)
+    if nnodes > 1:
+        net = 2
+        while net * nranks > p2p_channels * 4 and net > 1:
+            net //= 2
+        fewest = min(fewest, net)
+    pow2 = 1 << max(p2p_channels - 1, 0).bit_length()
+    return min(1 << max(fewest - 1, 0).bit_length(), pow2)
+
+
+def _cpu_vendor(graph) -> str:
+    for _, data in graph.nodes(data=True):
+        if data.get("kind") == "cpu":
+            vendor = str(data.get("vendor", "intel")).lower()
+            return vendor if vendor in ("intel", "amd", "arm", "power") else "intel"
+    return "intel"
