@@ -10,6 +10,7 @@ an edge.  The graph is read-only once it is wrapped in a ``Cluster`` (paths are 
 from __future__ import annotations
 
 import zlib
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -67,7 +68,19 @@ class Cluster:
             self.gpu_model = validate_graph(self.graph)
         except TopologyError as err:
             raise TopologyError(f"cluster {self.name!r}: {err}") from None
-        self._gpus = sorted((n for n in self.graph if kind_of(self.graph, n) == GPU), key=self._rank_key)
+        by_kind: dict[str, list[str]] = {}
+        by_host: dict[tuple[str, int], list[str]] = {}
+        for node, data in self.graph.nodes(data=True):
+            by_kind.setdefault(data["kind"], []).append(node)
+            if data["kind"] in (GPU, NIC):
+                by_host.setdefault((data["kind"], data["host"]), []).append(node)
+        self._by_kind = {kind: sorted(nodes, key=self._rank_key if kind in (GPU, NIC) else None)
+                         for kind, nodes in by_kind.items()}
+        self._by_host = {key: sorted(nodes, key=self._rank_key) for key, nodes in by_host.items()}
+        self._gpus = self._by_kind[GPU]
+        self._switch_links = {n: {m for m in self.graph[n] if kind_of(self.graph, m) == SWITCH
+                                  and self.graph.edges[n, m]["kind"] == NET}
+                              for n in self._by_kind.get(SWITCH, [])}
         self._nic_of: dict[str, str] = {}
         self._routes: dict[tuple[str, str, str], list[Hop]] = {}
 
@@ -96,7 +109,7 @@ class Cluster:
     @property
     def cpu_vendor(self) -> str:
         """The CPU vendor of the first socket (``unknown`` when not described)."""
-        cpus = self._of_kind(CPU)
+        cpus = self._by_kind.get(CPU, [])
         return self.graph.nodes[cpus[0]].get("vendor", "unknown") if cpus else "unknown"
 
     def gpus(self) -> list[str]:
@@ -105,7 +118,7 @@ class Cluster:
 
     def nics(self, host: int | None = None) -> list[str]:
         """NICs of one host (or all), by host then local index."""
-        return [n for n in self._of_kind(NIC) if host is None or self.graph.nodes[n]["host"] == host]
+        return list(self._by_kind.get(NIC, []) if host is None else self._by_host.get((NIC, host), []))
 
     def host_of(self, gpu: str) -> int:
         return self.graph.nodes[self._check_gpu(gpu)]["host"]
@@ -113,14 +126,14 @@ class Cluster:
     def cpu_of(self, gpu: str) -> str:
         """The socket whose root complex the GPU hangs off (fewest PCIe hops)."""
         self._check_gpu(gpu)
-        paths = nx.single_source_shortest_path(self._pcie_view({gpu}), gpu)
+        paths = self._pcie_paths(gpu)
         cpus = [n for n in paths if kind_of(self.graph, n) == CPU]
         if not cpus:
             raise TopologyError(f"cluster {self.name!r}: GPU {gpu} reaches no CPU over PCIe")
         return min(cpus, key=lambda c: (len(paths[c]), c))
 
     def has_nvswitch(self) -> bool:
-        return bool(self._of_kind(NVSWITCH))
+        return bool(self._by_kind.get(NVSWITCH))
 
     def nvlink_peers(self, gpu: str) -> list[str]:
         """GPUs reachable over NVLink, directly or through an NVSwitch."""
@@ -238,41 +251,37 @@ class Cluster:
         return (self._pcie_path(src, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
                 + self._pcie_path(nic_dst, dst)[1:])
 
-    def _pcie_view(self, endpoints: set[str]) -> nx.Graph:
-        """PCIe switches, CPUs and the given endpoints, joined by PCIe and socket links."""
-        graph = self.graph
-        return nx.subgraph_view(
-            graph,
-            filter_node=lambda n: n in endpoints or kind_of(graph, n) in (PCIE_SWITCH, CPU),
-            filter_edge=lambda a, b: graph.edges[a, b]["kind"] in (PCIE, CPU_LINK))
+    def _pcie_paths(self, src: str, targets: Iterable[str] = (),
+                    stop: str | None = None) -> dict[str, list[str]]:
+        """Fewest-hop paths from ``src`` through PCIe switches and CPUs to them and to ``targets``."""
+        return _bfs(self.graph, src, (PCIE, CPU_LINK), (PCIE_SWITCH, CPU), set(targets), stop)
 
     def _pcie_path(self, src: str, dst: str) -> list[str]:
-        try:
-            return nx.shortest_path(self._pcie_view({src, dst}), src, dst)
-        except nx.NetworkXNoPath:
-            raise TopologyError(f"cluster {self.name!r}: no PCIe path from {src} to {dst}") from None
+        paths = self._pcie_paths(src, (dst,), stop=dst)
+        if dst not in paths:
+            raise TopologyError(f"cluster {self.name!r}: no PCIe path from {src} to {dst}")
+        return paths[dst]
 
     def _fabric_path(self, src_nic: str, dst_nic: str) -> list[str]:
         if src_nic == dst_nic:
             return [src_nic]  # the NIC loops the data back
         graph = self.graph
-        view = nx.subgraph_view(
-            graph,
-            filter_node=lambda n: n in (src_nic, dst_nic) or kind_of(graph, n) == SWITCH,
-            filter_edge=lambda a, b: graph.edges[a, b]["kind"] == NET)
-        try:
-            paths = sorted(nx.all_shortest_paths(view, src_nic, dst_nic))
-        except nx.NetworkXNoPath:
+
+        def up(nic: str) -> set[str]:
+            return {s for s in graph[nic] if s in self._switch_links and graph.edges[nic, s]["kind"] == NET}
+
+        paths = [[src_nic, *p, dst_nic] for p in _switch_paths(up(src_nic), up(dst_nic), self._switch_links)]
+        if not paths:
             raise TopologyError(f"cluster {self.name!r}: no network path from {src_nic} "
-                                f"to {dst_nic}") from None
+                                f"to {dst_nic}")
         # Equal-cost paths (one per spine): pick one by a stable hash of the endpoints.
         return paths[zlib.crc32(f"{src_nic}>{dst_nic}".encode()) % len(paths)]
 
     def _assign_nics(self, host: int) -> None:
         nics = self.nics(host)
         served = dict.fromkeys(nics, 0)
-        for gpu in (g for g in self._gpus if self.graph.nodes[g]["host"] == host):
-            paths = nx.single_source_shortest_path(self._pcie_view({gpu, *nics}), gpu)
+        for gpu in self._by_host[GPU, host]:
+            paths = self._pcie_paths(gpu, nics)
             distance = {nic: (sum(kind_of(self.graph, n) == CPU for n in paths[nic]), len(paths[nic]))
                         for nic in nics if nic in paths}
             if not distance:
@@ -291,10 +300,6 @@ class Cluster:
     def _nvlink_neighbours(self, node: str) -> Iterable[str]:
         return [n for n in self.graph[node] if self.graph.edges[node, n]["kind"] == NVLINK]
 
-    def _of_kind(self, kind: str) -> list[str]:
-        nodes = [n for n in self.graph if kind_of(self.graph, n) == kind]
-        return sorted(nodes, key=self._rank_key) if kind in (GPU, NIC) else sorted(nodes)
-
     def _rank_key(self, node: str) -> tuple[int, int]:
         data = self.graph.nodes[node]
         return data["host"], data["local"]
@@ -303,6 +308,58 @@ class Cluster:
         if gpu not in self.graph or kind_of(self.graph, gpu) != GPU:
             raise TopologyError(f"cluster {self.name!r} has no GPU {gpu!r}")
         return gpu
+
+
+def _bfs(graph: nx.Graph, src: str, edge_kinds: tuple[str, ...], transit: tuple[str, ...],
+         targets: set[str], stop: str | None = None) -> dict[str, list[str]]:
+    """Breadth-first paths from ``src`` along ``edge_kinds``, passing only through ``transit`` kinds.
+
+    ``targets`` may end a path without being of a transit kind (GPUs and NICs are endpoints,
+    never relays).  Neighbours are visited in insertion order, so paths are deterministic.
+    """
+    paths = {src: [src]}
+    queue = deque([src])
+    while queue:
+        node = queue.popleft()
+        if node == stop:
+            break
+        if node != src and graph.nodes[node]["kind"] not in transit:
+            continue
+        for nbr, data in graph[node].items():
+            if nbr not in paths and data["kind"] in edge_kinds and (
+                    nbr in targets or graph.nodes[nbr]["kind"] in transit):
+                paths[nbr] = [*paths[node], nbr]
+                queue.append(nbr)
+    return paths
+
+
+def _switch_paths(first: set[str], last: set[str], links: dict[str, set[str]]) -> list[list[str]]:
+    """Every fewest-hop switch path from a switch of ``first`` to one of ``last``, sorted.
+
+    Level by level from ``first``; the level that reaches ``last`` is not built in full, only
+    its goal switches (a fat-tree's last level holds every leaf).
+    """
+    parents: dict[str, list[str]] = {s: [] for s in first}
+    level = sorted(first)
+    goals = [s for s in level if s in last]
+    while level and not goals:
+        goals = sorted(g for g in last if any(g in links[s] for s in level))
+        if goals:
+            for g in goals:
+                parents[g] = [s for s in level if g in links[s]]
+            break
+        following: dict[str, list[str]] = {}
+        for s in level:
+            for t in sorted(links[s]):
+                if t not in parents:
+                    following.setdefault(t, []).append(s)
+        parents.update(following)
+        level = sorted(following)
+
+    def back(node: str) -> list[list[str]]:
+        return [[node]] if not parents[node] else [[*p, node] for up in parents[node] for p in back(up)]
+
+    return sorted(p for g in goals for p in back(g))
 
 
 def _prune_fabric(graph: nx.Graph) -> None:
