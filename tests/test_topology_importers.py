@@ -171,6 +171,19 @@ class TestNcclXml:
         assert spec.node.pcie_gen == 3
         assert spec.node.socket_link_bw == 6.0  # Broadwell
 
+    def test_a_socket_nic_listed_under_every_cpu_is_one_nic(self):
+        """NCCL repeats a non-PCI NIC (eth0) under each <cpu>; it is one device, on the first socket."""
+        xml = """<system version="1">
+          <cpu numaid="0" vendor="AuthenticAMD"><pci busid="0000:01:00.0" class="0x030200" device="0x2330">
+            <gpu dev="0" sm="90"><nvlink target="fffffff:ff:ff.0" count="18" tclass="0x068000"/></gpu></pci>
+            <nic><net name="eth0" dev="0" speed="10000" gdr="0"/></nic></cpu>
+          <cpu numaid="1" vendor="AuthenticAMD"><pci busid="0000:81:00.0" class="0x030200" device="0x2330">
+            <gpu dev="1" sm="90"><nvlink target="fffffff:ff:ff.0" count="18" tclass="0x068000"/></gpu></pci>
+            <nic><net name="eth0" dev="0" speed="10000" gdr="0"/></nic></cpu></system>"""
+        cluster = import_nccl_topo_xml(xml)
+        assert cluster.nics_per_node == 1 and cluster.nic_of("n0/gpu1") == "n0/nic0"
+        assert cluster.graph.nodes["n0/nic0"]["gbps"] == 10.0 and cluster.nvlink_bw("n0/gpu0") == 450.0
+
     @pytest.mark.parametrize(("text", "message"), [
         ("<system", "not valid XML"),
         ("<topology/>", "the root element is <topology>, expected <system>"),

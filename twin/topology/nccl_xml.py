@@ -73,6 +73,7 @@ class _Walk:
     nics: list[_Device] = field(default_factory=list)
     switches: list[tuple[str, int]] = field(default_factory=list)
     """Each switch's parent, ``("socket", s)`` or ``("switch", j)``."""
+    net_names: set[str | None] = field(default_factory=set)
 
     def error(self, element: ET.Element, message: str) -> TopologyError:
         where = element.get("busid") or element.get("name") or element.get("numaid") or "?"
@@ -120,6 +121,10 @@ class _Walk:
     def nic_element(self, nic: ET.Element, busid: str, parent: tuple[str, int]) -> None:
         nets = nic.findall("net") or [nic]
         for net in nets:
+            name = net.get("name")
+            if name and name in self.net_names:
+                continue  # NCCL lists a socket NIC such as eth0 under every <cpu>: one device
+            self.net_names.add(name)
             speed = self.number(net, "speed")
             self.nics.append(_Device(busid, parent, dev=self.number(net, "dev"),
                                      gbps=speed / 1000 if speed else None))
