@@ -71,6 +71,15 @@ def test_presets_round_trip_through_yaml(tmp_path, preset):
     assert nx.utils.graphs_equal(original, again)
 
 
+def test_leaves_per_rail_spreads_nodes_over_leaves(tmp_path):
+    """fabric.leaves_per_rail: 2 puts nodes 0-1 on leaf0 and 2-3 on leaf1 of the single rail."""
+    text = edit(MINIMAL, nodes=4, fabric={"leaves_per_rail": 2, "spines": 1})
+    graph = load_cluster(write(tmp_path, text)).graph
+    assert [next(iter(set(graph[f"n{h}/nic0"]) - {"n0/pcie0", f"n{h}/pcie0"})) for h in range(4)] == [
+        "leaf0", "leaf0", "leaf1", "leaf1"]
+    assert graph.edges["leaf0", "spine0"]["nlinks"] == 2
+
+
 def test_explicit_extra_edges_are_added(tmp_path):
     """extra_edges adds links between existing nodes (here a direct GPU–NIC PCIe link)."""
     text = MINIMAL + "extra_edges:\n  - {a: n0/gpu1, b: n0/nic0, kind: pcie, bw: 32, lat_us: 0.2}\n"
@@ -136,6 +145,8 @@ def test_nested_switches_and_root_ports(tmp_path):
     ({"node__cpu": {"sockets": 2, "vendor": "via"}}, "x.yaml: node.cpu.vendor: unknown CPU vendor 'via'"),
     ({"node__latency_us": {"pcie": -1}}, "x.yaml: node.latency_us.pcie: must not be negative, got -1"),
     ({"fabric": {"spines": 0}}, "x.yaml: fabric.spines: must be at least 1, got 0"),
+    ({"fabric": {"nodes_per_leaf": 1, "leaves_per_rail": 2}},
+     "x.yaml: fabric: give at most one of nodes_per_leaf and leaves_per_rail"),
     ({"fabric": {"oversubscription": 0}}, "x.yaml: fabric.oversubscription: must be positive, got 0"),
     ({"node__nvlink": {"nvswitch": True, "links": 19}}, "x.yaml: cluster 'tiny': GPU n0/gpu0 has 19 NVLinks "
                                                         "but H100-SXM5-80GB has 18"),

@@ -83,7 +83,8 @@ def _add_node(graph: nx.Graph, node: NodeSpec, host: int) -> None:
 
 def _add_fabric(graph: nx.Graph, spec: ClusterSpec) -> None:
     fabric, rails = spec.fabric, spec.node.nics
-    per_leaf = min(fabric.nodes_per_leaf or spec.nodes, spec.nodes)
+    per_leaf = fabric.nodes_per_leaf or math.ceil(spec.nodes / (fabric.leaves_per_rail or 1))
+    per_leaf = min(per_leaf, spec.nodes)
     leaves_per_rail = math.ceil(spec.nodes / per_leaf)
     link_bw = fabric.gbps / 8
     leaves = []

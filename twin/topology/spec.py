@@ -10,7 +10,7 @@ docs/topology-format.md documents the keys.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from twin.hardware import CPU_VENDORS, TopologyError, gpu_spec, socket_link_gbps
@@ -72,6 +72,8 @@ class FabricSpec:
     """Spine count; default one per rail.  Spines exist only when there are several leaves."""
     nodes_per_leaf: int | None = None
     """Nodes on one leaf of a rail; default all of them (one leaf per rail)."""
+    leaves_per_rail: int | None = None
+    """Instead of ``nodes_per_leaf``: spread the nodes over this many leaves per rail."""
     oversubscription: float = 1.0
     """Downlink to uplink capacity of a leaf; 1 is non-blocking."""
     lat_us: float = DEFAULT_NET_LATENCY_US
@@ -362,10 +364,13 @@ def _parse_fabric(sec: _Section, node: NodeSpec) -> FabricSpec:
     fabric = FabricSpec(gbps=sec.number("gbps", default_gbps, positive=True),
                         spines=sec.int("spines", None, low=1),
                         nodes_per_leaf=sec.int("nodes_per_leaf", None, low=1),
+                        leaves_per_rail=sec.int("leaves_per_rail", None, low=1),
                         oversubscription=sec.number("oversubscription", 1.0, positive=True),
                         lat_us=sec.number("lat_us", DEFAULT_NET_LATENCY_US),
                         sharp=sec.flag("sharp"))
     sec.done()
+    if fabric.nodes_per_leaf and fabric.leaves_per_rail:
+        raise sec.error("give at most one of nodes_per_leaf and leaves_per_rail")
     return fabric
 
 
@@ -400,11 +405,7 @@ def _dump(spec: ClusterSpec) -> dict[str, Any]:
     body["latency_us"] = dict(node.latency_us)
     out["node"] = body
     if spec.fabric is not None:
-        fabric = {"gbps": spec.fabric.gbps, "spines": spec.fabric.spines,
-                  "nodes_per_leaf": spec.fabric.nodes_per_leaf,
-                  "oversubscription": spec.fabric.oversubscription, "lat_us": spec.fabric.lat_us,
-                  "sharp": spec.fabric.sharp or None}
-        out["fabric"] = {k: v for k, v in fabric.items() if v is not None}
+        out["fabric"] = {k: v for k, v in asdict(spec.fabric).items() if v is not None and v is not False}
     if spec.extra_edges:
         out["extra_edges"] = [vars(e).copy() for e in spec.extra_edges]
     return out
