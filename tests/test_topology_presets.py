@@ -6,6 +6,8 @@ from dataclasses import replace
 import pytest
 
 import twin.topology
+import twin.topology.cluster
+import twin.topology.loader
 import twin.topology.summary
 from twin.topology import TopologyError, build_cluster, list_presets, load_cluster, read_spec
 
@@ -228,5 +230,5 @@ def test_sharp_fabric_marks_switches():
 
 def test_docstring_examples_run():
     """The examples in twin.topology's docstrings hold."""
-    for module in (twin.topology, twin.topology.summary):
+    for module in (twin.topology, twin.topology.cluster, twin.topology.loader, twin.topology.summary):
         assert doctest.testmod(module).failed == 0

@@ -51,6 +51,17 @@ class Cluster:
     Node ids are ``n{host}/gpu{i}``, ``n{host}/nvswitch``, ``n{host}/pcie{j}``,
     ``n{host}/cpu{s}``, ``n{host}/nic{k}`` and ``leaf{l}`` / ``spine{s}``;
     docs/topology-format.md lists the attributes.
+
+    Examples
+    --------
+    Eight A40s bridged in pairs: NVLink inside a pair, PCIe between pairs.
+
+    >>> from twin.topology import load_cluster
+    >>> a40 = load_cluster("a40-nvlink-pairs")
+    >>> a40.nvlink_peers("n0/gpu0"), [h.kind for h in a40.route("n0/gpu0", "n0/gpu2")]
+    (['n0/gpu1'], ['pcie', 'pcie'])
+    >>> a40.nic_of("n0/gpu5"), a40.subset(nodes=1, gpus_per_node=4).gpus()
+    ('n0/nic1', ['n0/gpu0', 'n0/gpu1', 'n0/gpu2', 'n0/gpu3'])
     """
 
     def __init__(self, name: str, graph: nx.Graph, *, description: str = "") -> None:

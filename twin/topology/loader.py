@@ -49,6 +49,10 @@ def load_cluster(spec: str | Path, *, nodes: int | None = None, gpus_per_node: i
 
     ``gpus_per_node`` keeps the first G GPUs of each node, ``nics_per_node`` the first K
     NICs; ``nic_gbps`` sets every NIC's and the fabric's line rate (Gb/s).
+
+    >>> cluster = load_cluster("dgx-a100", nodes=4, nic_gbps=400)
+    >>> cluster.nodes, len(cluster.gpus()), cluster.graph.nodes["n3/nic7"]["gbps"]
+    (4, 32, 400.0)
     """
     description = read_spec(spec)
     _, source = _resolve(spec)
