@@ -70,12 +70,7 @@ def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32")
     if op in P2P_OPS:
         return _p2p_choice(info, op, nbytes)
     table = cost_table(info, op, nbytes, dtype=dtype)
-    best, best_time = None, math.inf
-    for a in Algo:
-        for p in Proto:
-            t = table[a, p]
-            if 0.0 <= t < best_time:
-                best, best_time = (a, p), t
+    best = cheapest(table)
     if best is None:
         envs = (("NCCL_ALGO", info.algo_env), ("NCCL_PROTO", info.proto_env))
         env = "".join(f" {k}={v}" for k, v in envs if v)
@@ -84,7 +79,19 @@ def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32")
     nc, nt = algo_info(info, op, algo, proto, nbytes)
     used = channels_used(info, op, algo, proto, nbytes, nc)
     chunk = _chunk_for(info, op, algo, proto, nbytes, nc, used)
-    return NcclChoice(algo, proto, nc, nt, chunk, best_time, used)
+    return NcclChoice(algo, proto, nc, nt, chunk, table[best], used)
+
+
+def cheapest(table: dict[tuple[Algo, Proto], float]) -> tuple[Algo, Proto] | None:
+    """``topoGetAlgoInfo``'s pick: the smallest non-negative time, scanning algorithms then
+    protocols in NCCL's index order with a strict ``<`` (ties go to the lower index)."""
+    best, best_time = None, math.inf
+    for a in Algo:
+        for p in Proto:
+            t = table.get((a, p), -1.0)
+            if 0.0 <= t < best_time:
+                best, best_time = (a, p), t
+    return best
 
 
 def default_resources(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto,
