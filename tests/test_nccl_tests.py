@@ -231,14 +231,14 @@ def render_text(table: list[NcclTestsRow], prefix: str) -> str:
     return "".join(f"{prefix}{line}\n" for line in lines)
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(table=rows, prefix=st.sampled_from(["", "[1,0]<stdout>:"]))
 def test_text_round_trip(tmp_path, table, prefix):
     log = read_nccl_tests(write(tmp_path, render_text(table, prefix)))
     assert (log.op, log.nranks, log.rows) == (Op.REDUCESCATTER, 2, table)
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(table=rows)
 def test_json_round_trip(tmp_path, table):
     def side(t, a, b, w):
@@ -266,7 +266,7 @@ def test_json_round_trip(tmp_path, table):
     assert (log.op, log.nranks, log.nccl_version, log.rows) == (Op.ALLREDUCE, 4, "2.22.4", table)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     text=st.lists(
         st.sampled_from(
@@ -294,7 +294,7 @@ def test_arbitrary_text_raises_only_trace_error(tmp_path, text):
     assert log.rows
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text())
 def test_any_unicode_raises_only_trace_error(tmp_path, text):
     with contextlib.suppress(TraceError):

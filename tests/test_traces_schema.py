@@ -33,7 +33,7 @@ def traces(draw) -> Trace:
         st.just("collective"),
         st.sampled_from(groups),
         st.sampled_from(list(Op)),
-        st.integers(0, 2**40),
+        st.none() | st.integers(0, 2**40),
         st.sampled_from(sorted(DTYPE_BYTES)),
         st.integers(0, 3),
     )
@@ -91,6 +91,7 @@ def traces(draw) -> Trace:
                         draw(st.none() | st.just("nccl:x")),
                         root,
                         peer,
+                        draw(maybe_time),
                     )
                 )
             next_id += draw(st.integers(1, 3))
@@ -104,7 +105,7 @@ def traces(draw) -> Trace:
     )
 
 
-@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(trace=traces(), suffix=st.sampled_from([".json", ".json.gz"]))
 def test_file_round_trip(tmp_path, trace, suffix):
     path = tmp_path / f"t{suffix}"
@@ -113,7 +114,7 @@ def test_file_round_trip(tmp_path, trace, suffix):
     assert trace_from_dict(json.loads(json.dumps(trace_to_dict(trace)))) == trace
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces())
 def test_tasks_count_each_call_once(trace):
     tasks = trace.tasks()
@@ -122,6 +123,8 @@ def test_tasks_count_each_call_once(trace):
     expected = 0
     for rank, event in trace.collectives():
         group = trace.group(event.group)
+        if event.nbytes is None:
+            continue
         if event.op is Op.SENDRECV:
             expected += event.peer not in present or rank < event.peer
         else:
@@ -197,7 +200,7 @@ def mutate(doc: dict, where: str, value) -> dict:
         ("ranks.0.events.1.after", [4], r"rank 0, event 1: 'after' names \[4\]"),
         ("ranks.0.events.1.kind", "memcpy", "unknown event kind 'memcpy'"),
         ("ranks.0.events.1.kind", KeyError, "rank 0, event 1: the event has no 'kind'"),
-        ("ranks.0.events.0.duration_us", -3.0, "duration and flops must be >= 0"),
+        ("ranks.0.events.0.duration_us", -3.0, "duration must be finite and >= 0"),
         ("ranks.0.events.0.start_us", 10.0, "rank 0, event 0: .*"),
         ("ranks.0.events.1.peer", 1, "only sendrecv has a peer"),
         ("ranks.0.events.1.root", 3, "root 3 is not in group 'tp0'"),
@@ -254,7 +257,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=60)
 @given(doc=st.just(good_doc()), edits=st.lists(st.tuples(st.integers(0, 10**6), json_values), max_size=3))
 def test_corrupted_documents_raise_trace_error(doc, edits):
     """Replace random nodes of a valid document by random JSON: the reader fails cleanly or accepts."""

@@ -30,7 +30,7 @@ from typing import Any
 from traces.errors import TraceError
 from traces.json_stream import stream_object
 from traces.merge import RankPart, merge_ranks
-from traces.schema import CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
+from traces.schema import MAX_WORLD_SIZE, CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
 from traces.task import DTYPE_BYTES, Op, parse_op
 
 __all__ = ["read_kineto"]
@@ -126,9 +126,10 @@ class _RankFile:
     def take(self, event: Any) -> None:
         if not isinstance(event, dict) or not isinstance(event.get("name"), str):
             return
-        cat, name, args = event.get("cat"), event["name"], event.get("args") or {}
-        if not isinstance(args, dict):
+        cat, name, args, tid = event.get("cat"), event["name"], event.get("args") or {}, event.get("tid")
+        if not isinstance(cat, str) or not isinstance(args, dict):
             return
+        tid = tid if isinstance(tid, int | str) else None
         correlation = args.get("correlation") if isinstance(args.get("correlation"), int) else None
         if cat in _GPU_WORK:
             nccl = cat == "kernel" and _NCCL_KERNEL.match(name) is not None
@@ -143,11 +144,11 @@ class _RankFile:
                 )
             )
         elif cat == "cuda_runtime" and correlation is not None:
-            self.launches[correlation] = (event.get("tid"), _num(event, "ts", self.path))
+            self.launches[correlation] = (tid, _num(event, "ts", self.path))
         elif cat == "cpu_op" and name == "record_param_comms" and "Collective name" in args:
             start = _num(event, "ts", self.path)
             span = (start, start + _num(event, "dur", self.path), args)
-            self.comm_ops.setdefault(event.get("tid"), []).append(span)
+            self.comm_ops.setdefault(tid, []).append(span)
         elif cat == "user_annotation" and (match := _STEP.match(name)):
             self.steps.append((_num(event, "ts", self.path), int(match[1])))
 
@@ -203,6 +204,8 @@ def _read_rank(path: str, skipped: Counter[str]) -> tuple[RankPart, dict[str, An
     ):
         raise TraceError("no distributedInfo with rank and world_size (not a distributed job's trace?)", path)
     rank, world = info["rank"], info["world_size"]
+    if not 1 <= world <= MAX_WORLD_SIZE:
+        raise TraceError(f"implausible world size {world}", path)
     groups = _configured_groups(info, world)
     state.resolve_launches()
     steps = sorted(state.steps)
@@ -244,7 +247,7 @@ def _ranks_of(args: dict[str, Any], world: int) -> tuple[int, ...] | None:
         args.get("Global rank start"),
         args.get("Global rank stride"),
     )
-    if all(isinstance(v, int) for v in (size, start, stride)) and size > 0:
+    if all(isinstance(v, int) for v in (size, start, stride)) and 0 < size <= world:
         return tuple(start + i * stride for i in range(size))
     if size == world:
         return tuple(range(world))

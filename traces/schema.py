@@ -27,7 +27,11 @@ from typing import Any
 from traces.errors import TraceError
 from traces.task import DTYPE_BYTES, Op, Task
 
-__all__ = ["CollectiveEvent", "ComputeEvent", "Event", "ProcessGroup", "RankTrace", "Trace"]
+__all__ = ["MAX_WORLD_SIZE", "CollectiveEvent", "ComputeEvent", "Event", "ProcessGroup", "RankTrace", "Trace"]
+
+
+MAX_WORLD_SIZE = 1 << 20
+"""More ranks than any job has; a larger world size in a file is taken as corrupt."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,8 @@ class CollectiveEvent:
     it (such calls replay with their measured times and are left out of ``Trace.tasks``);
     ``root`` is the global root rank of
     Broadcast/Reduce, ``peer`` the other global rank of a SendRecv. Times are µs on this
-    rank's clock, when measured.
+    rank's clock, when measured; ``duration_us`` is a measured duration where the source
+    has one but no exact start and end (flight recorder).
     """
 
     id: int
@@ -68,6 +73,7 @@ class CollectiveEvent:
     name: str | None = None
     root: int | None = None
     peer: int | None = None
+    duration_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,11 @@ def _check(condition: bool, problem: str, path: str | None, rank: int | None = N
 
 
 def _validate(trace: Trace, path: str | None) -> None:
-    _check(trace.world_size >= 1, f"world_size must be at least 1, got {trace.world_size}", path)
+    _check(
+        1 <= trace.world_size <= MAX_WORLD_SIZE,
+        f"world_size must be 1 to {MAX_WORLD_SIZE}, got {trace.world_size}",
+        path,
+    )
     groups = {}
     for group in trace.groups:
         where = f"group {group.id!r}"
@@ -232,8 +242,9 @@ def _validate_events(rank: RankTrace, groups: dict[str, ProcessGroup], path: str
             check(
                 event.start_us <= event.end_us, f"ends ({event.end_us}) before it starts ({event.start_us})"
             )
+        check(_finite(event.duration_us), "duration must be finite and >= 0")
         if isinstance(event, ComputeEvent):
-            check(_finite(event.duration_us) and _finite(event.flops), "duration and flops must be >= 0")
+            check(_finite(event.flops), "flops must be finite and >= 0")
             check(event.mem_bytes is None or event.mem_bytes >= 0, "mem_bytes must be >= 0")
             continue
         check(isinstance(event.op, Op), f"unknown op {event.op!r}")

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,15 @@ from traces.errors import TraceError
 from traces.schema import CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
 from traces.task import Op
 
-__all__ = ["FORMAT", "VERSION", "load_trace", "save_trace", "trace_from_dict", "trace_to_dict"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "load_trace",
+    "save_trace",
+    "trace_from_dict",
+    "trace_to_dict",
+    "write_atomic",
+]
 
 FORMAT = "ccltwin-trace"
 VERSION = 1
@@ -44,14 +52,22 @@ def load_trace(path: str | PathLike[str]) -> Trace:
 
 def save_trace(trace: Trace, path: str | PathLike[str]) -> None:
     """Validate ``trace`` and write it to ``path`` atomically (gzip if it ends in ``.gz``)."""
-    path = Path(path)
     trace.validate(str(path))
+    write_atomic(path, _encode(trace_to_dict(trace)))
+
+
+def write_atomic(path: str | PathLike[str], chunks: Iterable[str]) -> None:
+    """Write text to a temporary file beside ``path``, then rename it into place (gzip for ``.gz``).
+
+    On any failure the temporary file is removed and an existing ``path`` is left as it was.
+    """
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as raw:
             out = gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) if path.name.endswith(".gz") else raw
-            for chunk in _encode(trace_to_dict(trace)):
+            for chunk in chunks:
                 out.write(chunk.encode())
             if out is not raw:
                 out.close()
@@ -69,6 +85,7 @@ def _drop_defaults(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str
 
 
 _COLLECTIVE_DEFAULTS = {
+    "duration_us": None,
     "stream": "nccl",
     "iteration": 0,
     "start_us": None,
@@ -107,6 +124,7 @@ def _event_to_dict(event: Event) -> dict[str, Any]:
             "name": event.name,
             "root": event.root,
             "peer": event.peer,
+            "duration_us": event.duration_us,
         }
         return _drop_defaults(fields, _COLLECTIVE_DEFAULTS)
     fields = {
@@ -281,5 +299,6 @@ def _event(obj: Any, path: str | None, rank: int, index: int) -> Event:
         name=event.get("name", "str", nullable=True),
         root=event.get("root", "int", nullable=True),
         peer=event.get("peer", "int", nullable=True),
+        duration_us=event.get("duration_us", "number", nullable=True),
         **common,
     )
