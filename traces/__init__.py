@@ -3,7 +3,10 @@
 Importing this package never imports torch.
 """
 
+from traces.chakra import read_chakra
 from traces.errors import TraceError
+from traces.flight_recorder import read_flight_recorder
+from traces.kineto import read_kineto
 from traces.nccl_tests import NcclTestsLog, NcclTestsRow, read_nccl_tests
 from traces.schema import CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
 from traces.task import Op, Task, parse_op
@@ -23,6 +26,9 @@ __all__ = [
     "TraceError",
     "load_trace",
     "parse_op",
+    "read_chakra",
+    "read_flight_recorder",
+    "read_kineto",
     "read_nccl_tests",
     "save_trace",
 ]
