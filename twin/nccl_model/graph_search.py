@@ -19,6 +19,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 
+from twin.nccl_model.constants import MAX_NVLS_ARITY
 from twin.nccl_model.inputs import PathType
 from twin.nccl_model.system import LOC_BW, Node, NodeSystem
 
@@ -38,7 +39,6 @@ RING, BALANCED_TREE, TREE, NVLS = "ring", "balanced_tree", "tree", "nvls"
 # asymmetric multi-socket node can take seconds (symmetric NVSwitch nodes: milliseconds).
 SEARCH_BUDGET = {"search": 1 << 14, "same": 1 << 8, "global": 1 << 19}
 _PCI_ORDER, _REPLAY = 1, 2
-MAX_NVLS_ARITY = 32
 
 
 @dataclass
@@ -55,7 +55,6 @@ class Graph:
     type_inter: PathType = PathType.PIX
     same_channels: bool = True
     cross_nic: int = 0
-    latency_inter: float = 0.0
     hops: int = 0
     intra: list[list[int]] = field(default_factory=list)
     """GPU indices of each channel, in walk order."""
@@ -408,7 +407,6 @@ class _Search:
                     and net is not g.inter[g.nchannels - 1][1]):
                 continue
             g.inter[g.nchannels][0] = net
-            g.latency_inter = 0.0
             net.net_bw -= bw
             if g.pattern == NVLS:
                 if g.nchannels < len(nets):

@@ -54,16 +54,17 @@ def comm_info(cluster, ranks: list[str], *, nccl_version: tuple[int, int, int] =
     inter = len(hosts) > 1
     per_host = []
     for host, gpus in hosts.items():
-        key = (_host_signature(graph, host, gpus), inter, sm, vendor, nvls_enable)
+        key = (_host_signature(graph, host, gpus), inter, sm, vendor)
         if key not in _SEARCHES:  # identical hosts (and repeated calls) search alike
             if len(_SEARCHES) >= _CACHE_SIZE:
                 _SEARCHES.pop(next(iter(_SEARCHES)))
             system = build_system(graph, host, gpus, inter, sm, vendor)
             ring = compute(system, RING, 1, MAXCHANNELS // 2)
             tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels)
-            nvls = compute(system, NVLS, 1, MAXCHANNELS) if nvls_enable and len(gpus) > 1 else None
+            nvls = compute(system, NVLS, 1, MAXCHANNELS) if len(gpus) > 1 else None
             _SEARCHES[key] = (system, ring, tree, nvls)
-        per_host.append(_SEARCHES[key])
+        system, ring, tree, nvls = _SEARCHES[key]
+        per_host.append((system, ring, tree, nvls if nvls_enable else None))
     ring = _agree([r for _, r, _, _ in per_host])
     tree = _agree([t for _, _, t, _ in per_host])
     nvls_graphs = [v for *_, v in per_host]

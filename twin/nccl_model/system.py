@@ -40,8 +40,7 @@ class Node:
     name: str
     kind: str  # gpu | nvs | pci | cpu | nic | net
     index: int = 0
-    """Position among the nodes of its kind (GPUs: communicator order on this host)."""
-    vendor: str = ""
+    """Position among the nodes of its kind (GPUs: by local index on the host)."""
     net_bw: float = 0.0
     """NET nodes: remaining NIC capacity during a search (``net.bw``)."""
     links: list[Link] = field(default_factory=list)
