@@ -6,15 +6,19 @@ then agree on the minimum channels and bandwidths and the maximum path types.  A
 time every search channel becomes two execution channels (more on Hopper multi-node rings
 faster than 45 GB/s with fewer than 16), capped at 64.
 
-What the emulation gives on common systems (NCCL 2.28, defaults):
+What the emulation gives on the presets (NCCL 2.28, defaults), and what logs say:
 
-================  ==================  =============================================
-system            search channels     comm channels (``NCCL INFO N coll channels``)
-================  ==================  =============================================
-DGX A100, 8 GPU   12 × 20 GB/s        24 — matches logs, e.g. NVIDIA/nccl-tests#100
-                                      ("Channel 23/24" on an HGX A100)
-H800 (8 NVLinks)  8 × 20 GB/s         16 — matches NVIDIA/nccl#892 ("16 coll channels")
-================  ==================  =============================================
+=====================  ==================  ==========  ======================================
+system                 search channels     comm chan.  public log
+=====================  ==================  ==========  ======================================
+DGX A100, 8 GPUs       12 × 20 GB/s        24          24: NVIDIA/nccl-tests#100 ("Channel 23/24")
+H800 (8 NVLinks)       8 × 20 GB/s         16          16: NVIDIA/nccl#892 ("16 coll channels")
+DGX H100, 8 GPUs       12 × 30 GB/s        24          none found; NVLS 8 heads, 16 NVLS channels
+3 × DGX H100           8 × 48 GB/s         16          16: NVIDIA/nccl#1453 ("Channel 00/16")
+2 × DGX A100           8 × 24 GB/s         16          none found (NIC PCIe Gen4 bound)
+1 GPU per node (A100)  1 × 24 GB/s         2           none found
+2 L40S, one switch     2 × 12 GB/s         4           none found
+=====================  ==================  ==========  ======================================
 
 sjeaugey in NVIDIA/nccl#1041: "Execution channels are typically 2x the search channels,
 but for NVLSTree, NVLS, or CollnetDirect, they are completely decorrelated."
