@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
-from twin.model.protocols import hop_latency_us, store_efficiency
+from twin.model.protocols import ROOT_COMPLEX_P2P_EFFICIENCY, hop_latency_us, store_efficiency
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Flow:
     src: str
     dst: str
     hops: tuple
+    via_cpu: bool = False
+    """GPU-to-GPU traffic that a CPU root complex forwards (no PCIe switch between the ends)."""
 
     @cached_property
     def kind(self) -> str:
@@ -69,6 +71,8 @@ def _share(flows: list[Flow], proto: Proto) -> ChannelShare:
         for h in f.hops:
             # NIC transfers are large RDMA writes whatever the protocol's store size.
             eff = store_efficiency(proto, h.kind, dma=f.kind == "net")
+            if f.via_cpu:
+                eff *= ROOT_COMPLEX_P2P_EFFICIENCY
             raw[(h.src, h.dst)] = raw.get((h.src, h.dst), 0.0) + 1.0 / eff
             capacity[(h.src, h.dst)] = h.bw
         step = max(step, f.latency_us(proto))
@@ -121,7 +125,10 @@ class CommGeometry:
 
     def flow(self, src: str, dst: str, rail: int | None = None) -> Flow:
         """``src`` to ``dst``; between nodes, on NIC ``rail`` of both hosts when given."""
-        return Flow(src, dst, self._route(src, dst, rail))
+        hops = self._route(src, dst, rail)
+        graph = self.cluster.graph
+        via_cpu = any(graph.nodes[h.dst]["kind"] == "cpu" for h in hops[:-1]) and all(h.kind != "net" for h in hops)
+        return Flow(src, dst, hops, via_cpu)
 
     def rail(self, channel: int) -> int | None:
         """The NIC index channel ``channel`` uses on every node (None on one node)."""

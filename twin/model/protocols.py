@@ -8,8 +8,8 @@ own ``hwLatencies`` table (µs per step, by link and protocol).
 What the twin adds is the physics those tables summarise:
 
 * A store of ``s`` bytes crosses an NVLink or PCIe link as a packet with a header, so small
-  stores waste bandwidth: efficiency ``s / (s + header)``.  LL's 16-byte stores are what make
-  it slow on PCIe, where a TLP costs about 24 bytes of header and framing.
+  stores waste bandwidth: efficiency ``s / (s + header)`` (a PCIe TLP costs about 24 bytes of
+  header and framing).
 * A channel is one CTA: its copy rate grows with threads (more loads in flight) and saturates
   at what one SM can move.  Polling flags costs LL and LL128 part of that rate.
 * Every link kind delivers a fraction of its raw rate to bulk payload (flow control, CRC,
@@ -25,15 +25,18 @@ from tuner.config import Proto
 PAYLOAD_FRACTION = {Proto.LL: 0.5, Proto.LL128: 120 / 128, Proto.SIMPLE: 1.0}
 """Data bytes per wire byte of each protocol's format."""
 
-STORE_BYTES = {Proto.LL: 16, Proto.LL128: 128, Proto.SIMPLE: 256}
-"""Bytes one packet carries: LL's 16-byte flag+data store, LL128's line, Simple's full packet."""
+STORE_BYTES = {Proto.LL: 128, Proto.LL128: 128, Proto.SIMPLE: 256}
+"""Bytes one packet carries: a warp's contiguous 16-byte LL stores combine into 128-byte writes,
+LL128 writes whole 128-byte lines, Simple fills full packets."""
 
 PACKET_HEADER_BYTES = {"nvlink": 16, "pcie": 24, "cpu": 24, "net": 0, "local": 0}
 """Per-packet overhead; the NIC moves whole buffers by RDMA, so the protocol's store size does
 not matter there (only its payload fraction does)."""
 
-LINK_EFFICIENCY = {"nvlink": 0.84, "pcie": 0.86, "cpu": 0.75, "net": 0.92, "local": 1.0}
-"""Share of a link's raw one-way rate left for packets after flow control, CRC and encoding."""
+LINK_EFFICIENCY = {"nvlink": 0.84, "pcie": 1.0, "cpu": 0.75, "net": 0.92, "local": 1.0}
+"""Share of a link's one-way rate left for packets after flow control, CRC and encoding.
+PCIe links in the topology already carry usable rates (NCCL's convention: 12 GB/s for Gen3
+x16, 24 for Gen4), so only the per-packet header is charged there."""
 
 HOP_LATENCY_US = {
     # link kind: (LL, LL128, Simple) per step, from NCCL's hwLatencies (ring rows); NET adds the
@@ -51,8 +54,21 @@ LAUNCH_US = {Proto.LL: 6.0, Proto.LL128: 7.5, Proto.SIMPLE: 7.5}
 EXTRA_GPU_LAUNCH_US = 2.3
 """Each further GPU launched from the same host thread (nccl-tests ``-g N``) adds one launch."""
 
-PROTO_COPY_FACTOR = {Proto.LL: 0.35, Proto.LL128: 0.75, Proto.SIMPLE: 1.0}
-"""Share of a CTA's copy rate left after polling flags (LL: every 8 bytes; LL128: every line)."""
+PROTO_COPY_FACTOR = {Proto.LL: 0.25, Proto.LL128: 0.75, Proto.SIMPLE: 1.0}
+"""Share of a CTA's copy rate left after polling flags.  LL spins on a flag for every 8 bytes
+and its FIFO holds only 8 × 4 KiB lines per thread block, so one channel carries ~5 GB/s on
+Ampere and ~8 GB/s on Hopper; LL128 polls once per
+120-byte line and keeps ~20 GB/s per channel on Ampere (NCCL's perChMaxRingLL128Bw)."""
+
+UNORDERED_LINK_PENALTY = {("pcie", Proto.LL128): 0.55}
+"""LL128 trusts 128-byte stores to land whole, which NVLink guarantees and PCIe does not: a line
+reaches the peer as several TLPs, the receiver re-polls, and throughput collapses (why NCCL
+enables LL128 only over NVLink; forced on L40S Gen4 it runs at about half of Simple's rate)."""
+
+ROOT_COMPLEX_P2P_EFFICIENCY = 0.72
+"""Peer-to-peer TLPs forwarded by a CPU's root complex (GPUs with no PCIe switch between them,
+nvidia-smi's NODE/SYS) move at about this share of the link rate: the host bridge is built for
+traffic to memory, not between its ports."""
 
 THREADS_AT_HALF_RATE = 160
 """Threads at which a CTA reaches half its peak copy rate (memory parallelism saturates)."""
@@ -86,7 +102,8 @@ def store_efficiency(proto: Proto, link_kind: str, *, dma: bool = False) -> floa
     """
     header = PACKET_HEADER_BYTES[link_kind]
     store = STORE_BYTES[Proto.SIMPLE if dma else proto]
-    return LINK_EFFICIENCY[link_kind] * store / (store + header) * PAYLOAD_FRACTION[proto]
+    penalty = 1.0 if dma else UNORDERED_LINK_PENALTY.get((link_kind, proto), 1.0)
+    return LINK_EFFICIENCY[link_kind] * store / (store + header) * PAYLOAD_FRACTION[proto] * penalty
 
 
 def hop_latency_us(proto: Proto, link_kind: str) -> float:

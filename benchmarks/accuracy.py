@@ -1,0 +1,143 @@
+"""Accuracy of the twin against real nccl-tests runs, before any calibration.
+
+Every file in shared/data/nccl-tests is predicted from the hardware its header describes
+(table ``RUNS`` below: preset, node and NIC counts, GPUs per process, NCCL_ALGO/NCCL_PROTO as
+the file says), with NCCL's default choice for everything the file did not force.  Printed:
+per file, the median absolute % error of busbw for sizes ≥ 1 MiB and < 1 MiB; then, for the
+L40S PCIe files with forced Ring/Tree and LL/LL128/Simple, how often the predicted order of the
+variants matches the measured one (pairs measured within 3% of each other count as ties).
+
+    python benchmarks/accuracy.py [--data DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+
+from traces.nccl_tests import NcclTestsLog, read_nccl_tests
+from tuner.config import Algo, Proto, parse_enum
+from twin.predict import Twin
+from twin.topology import load_cluster
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent.parent / "shared" / "data" / "nccl-tests"
+MIB = 1 << 20
+TIE = 0.03
+
+
+@dataclass(frozen=True)
+class Run:
+    """The hardware and launch one file describes."""
+
+    topology: str
+    nodes: int = 1
+    nics_per_node: int | None = None
+    gpus_per_process: int = 1
+    knobs: dict = field(default_factory=dict)
+
+
+FARMSHARE = str(HERE / "clusters" / "farmshare-l40s.yaml")
+RUNS = {
+    # ABCI 2.0 node (A): DGX-A100-like, 4 HDR NICs per node, one MPI rank per GPU.
+    "abci-inter_anode-16gpu-2node-allreduce": Run("dgx-a100", nodes=2, nics_per_node=4),
+    "abci-inter_anode-16gpu-2node-broadcast": Run("dgx-a100", nodes=2, nics_per_node=4),
+    "abci-intra_anode-8gpu-1node-allreduce": Run("dgx-a100", nics_per_node=4),
+    # Azure ND H100 v5, single process driving 8 GPUs, NCCL_ALGO=NVLS.
+    "azure-ndH100v5-8gpu-intranode-allreduce-NVLS-busbw-summary": Run(
+        "dgx-h100", gpus_per_process=8, knobs={"algo": Algo.NVLS}),
+    # Azure ND A100 v4: 8 HDR NICs per node; -g N within one node, one rank per GPU across nodes.
+    "echo-azure-ndA100v4-allreduce-2gpu": Run("dgx-a100", gpus_per_process=2),
+    "echo-azure-ndA100v4-allreduce-8gpu": Run("dgx-a100", gpus_per_process=8),
+    "echo-azure-ndA100v4-allreduce-16gpu": Run("dgx-a100", nodes=2),
+    "echo-azure-ndA100v4-allreduce-64gpu": Run("dgx-a100", nodes=8),
+    "nvidia-dgxc-dgxh100-8gpu-intranode-allreduce-sample": Run("dgx-h100"),
+    "vtrain-a100-2gpu-intranode-allreduce-LUT-1MiB-1GiB": Run("dgx-a100"),
+    "vtrain-a100-4gpu-intranode-allreduce-LUT-1MiB-1GiB": Run("dgx-a100"),
+    "vtrain-a100-8gpu-intranode-allreduce-LUT-1MiB-1GiB": Run("dgx-a100"),
+}
+L40S_VARIANTS = {"ring": {"algo": Algo.RING}, "tree": {"algo": Algo.TREE}, "auto_ll": {"proto": Proto.LL},
+                 "auto_ll128": {"proto": Proto.LL128}, "auto_simple": {"proto": Proto.SIMPLE}}
+for _name, _knobs in L40S_VARIANTS.items():
+    RUNS[f"stanford-farmshare-l40s-pcie-2gpu-allreduce-{_name}"] = Run(FARMSHARE, gpus_per_process=2, knobs=_knobs)
+for _i in (1, 2, 3):
+    RUNS[f"stanford-farmshare-l40s-pcie-2gpu-allreduce-iteration_{_i}"] = Run(FARMSHARE, gpus_per_process=2)
+
+
+def knobs_from_env(log: NcclTestsLog) -> dict:
+    """NCCL_ALGO / NCCL_PROTO the file reports, as forced knobs."""
+    knobs = {}
+    if "NCCL_ALGO" in log.env:
+        knobs["algo"] = parse_enum(Algo, log.env["NCCL_ALGO"])
+    if "NCCL_PROTO" in log.env:
+        knobs["proto"] = parse_enum(Proto, log.env["NCCL_PROTO"])
+    return knobs
+
+
+def predict_file(path: Path) -> tuple[NcclTestsLog, list[tuple[int, float, float]]]:
+    """(size, measured busbw, predicted busbw) for every row with a measurement."""
+    log = read_nccl_tests(path)
+    run = RUNS[path.stem]
+    cluster = load_cluster(run.topology, nodes=run.nodes, nics_per_node=run.nics_per_node)
+    twin = Twin(cluster, log.nranks, gpus_per_process=run.gpus_per_process)
+    knobs = {**knobs_from_env(log), **run.knobs}
+    out = []
+    for row in log.rows:
+        if row.nbytes == 0 or not row.busbw:
+            continue
+        p = twin.predict(log.op, row.nbytes, dtype=row.dtype, **knobs)
+        out.append((row.nbytes, row.busbw, p.busbw_gbps))
+    return log, out
+
+
+def median_error(points, keep) -> float | None:
+    errors = [abs(pred - meas) / meas * 100 for size, meas, pred in points if keep(size)]
+    return statistics.median(errors) if errors else None
+
+
+def order_agreement(results: dict[str, list[tuple[int, float, float]]]) -> tuple[int, int]:
+    """Sizes at which the predicted order of the variants matches the measured one."""
+    by_size: dict[int, dict[str, tuple[float, float]]] = {}
+    for name, points in results.items():
+        for size, meas, pred in points:
+            by_size.setdefault(size, {})[name] = (meas, pred)
+    matched = total = 0
+    for variants in by_size.values():
+        if len(variants) < 2:
+            continue
+        total += 1
+        ok = True
+        for (_, (m1, p1)), (_, (m2, p2)) in combinations(variants.items(), 2):
+            if abs(m1 - m2) / max(m1, m2) <= TIE:
+                continue
+            ok &= (m1 > m2) == (p1 > p2)
+        matched += ok
+    return matched, total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    args = parser.parse_args()
+    print(f"{'file':<66} {'n≥1MiB':>6} {'err≥1MiB':>9} {'n<1MiB':>6} {'err<1MiB':>9}")
+    variants = {}
+    for path in sorted(args.data.glob("*.txt")):
+        _, points = predict_file(path)
+        big = median_error(points, lambda s: s >= MIB)
+        small = median_error(points, lambda s: s < MIB)
+        n_big = sum(s >= MIB for s, _, _ in points)
+        fmt = lambda e: f"{e:8.1f}%" if e is not None else f"{'-':>9}"  # noqa: E731
+        print(f"{path.stem:<66} {n_big:>6} {fmt(big)} {len(points) - n_big:>6} {fmt(small)}")
+        for name in L40S_VARIANTS:
+            if path.stem.endswith(f"allreduce-{name}"):
+                variants[name] = points
+    matched, total = order_agreement(variants)
+    print(f"\nL40S PCIe variants ({', '.join(variants)}): predicted order matches measured at "
+          f"{matched}/{total} sizes ({matched / total:.0%}); pairs within {TIE:.0%} count as ties")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""The ``ccltwin`` command: one entry point, one subcommand group per package."""
+
+from __future__ import annotations
+
+import typer
+
+from twin.commands import simulate
+from twin.topology_commands import app as topology_app
+
+app = typer.Typer(help="A digital twin and live tuner for NCCL collectives.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+app.command()(simulate)
+app.add_typer(topology_app, name="topology", help="List, show and import cluster topologies.")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""``ccltwin simulate``: nccl-tests-like predictions for a collective over a range of sizes."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from traces.task import parse_op
+from traces.units import parse_size, parse_size_range
+from tuner.config import Algo, Proto, Transport, parse_enum
+from twin.model.schedule import Unsupported
+from twin.predict import Prediction, Twin
+from twin.topology import TopologyError, load_cluster
+
+HEADER = (f"{'size':>12} {'count':>12} {'type':>8} {'time':>10} {'algbw':>8} {'busbw':>8}  "
+          f"{'algo':<14} {'proto':<6} {'transport':<9} {'nch':>3} {'nthr':>4} {'chunk':>8}  chosen_by")
+UNITS = f"{'(B)':>12} {'(elements)':>12} {'':>8} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"
+
+
+def _row(p: Prediction) -> str:
+    c = p.config
+    return (f"{p.task.nbytes:>12} {p.task.count:>12} {p.task.dtype:>8} {p.time_us:>10.2f} {p.algbw_gbps:>8.2f} "
+            f"{p.busbw_gbps:>8.2f}  {c.algo:<14} {c.proto:<6} {c.transport:<9} {c.nchannels:>3} {c.nthreads:>4} "
+            f"{c.chunk_bytes:>8}  {p.chosen_by}")
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def simulate(
+    topology: Annotated[str, typer.Option(help="Preset name or cluster YAML file.")],
+    op: Annotated[str, typer.Option(help="allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv")],
+    nranks: Annotated[int | None, typer.Option(help="Ranks in the communicator (default: every GPU).")] = None,
+    sizes: Annotated[str, typer.Option(help="MIN:MAX[:FACTOR] or a comma list, e.g. 8B:8GiB.")] = "8B:8GiB",
+    nodes: Annotated[int | None, typer.Option(help="Override the preset's node count.")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="Use the first G GPUs of each node.")] = None,
+    nics_per_node: Annotated[int | None, typer.Option(help="Keep the first K NICs of each node.")] = None,
+    nic_gbps: Annotated[float | None, typer.Option(help="Line rate of every NIC, Gb/s.")] = None,
+    algo: Annotated[str | None, typer.Option(help="Force an algorithm (ring, tree, nvls, ...).")] = None,
+    proto: Annotated[str | None, typer.Option(help="Force a protocol (ll, ll128, simple).")] = None,
+    transport: Annotated[str | None, typer.Option(help="Intra-node transport: p2p, shm or net.")] = None,
+    nchannels: Annotated[int | None, typer.Option(help="Channels (CTAs).")] = None,
+    nthreads: Annotated[int | None, typer.Option(help="Threads per channel.")] = None,
+    chunk: Annotated[str | None, typer.Option(help="Chunk size, e.g. 512KiB.")] = None,
+    dtype: Annotated[str, typer.Option(help="Element type.")] = "float32",
+    engine: Annotated[str, typer.Option(help="fast (closed form) or des (SimPy).")] = "fast",
+    gpus_per_process: Annotated[int, typer.Option(help="GPUs driven by one host thread (nccl-tests -g).")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per size.")] = False,
+) -> None:
+    """Predict a collective over a range of sizes, like an nccl-tests run on the cluster.
+
+    Options not given mean "what NCCL would choose".
+    """
+    try:
+        cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+                               nic_gbps=nic_gbps)
+        twin = Twin(cluster, nranks, gpus_per_process=gpus_per_process)
+        knobs = {
+            "algo": parse_enum(Algo, algo) if algo else None,
+            "proto": parse_enum(Proto, proto) if proto else None,
+            "transport": parse_enum(Transport, transport) if transport else None,
+            "nchannels": nchannels, "nthreads": nthreads,
+            "chunk_bytes": parse_size(chunk) if chunk else None,
+        }
+        the_op = parse_op(op)
+        predictions = [twin.predict(the_op, n, dtype=dtype, engine=engine, **knobs) for n in parse_size_range(sizes)]
+    except (TopologyError, Unsupported, ValueError) as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps([p.as_dict() for p in predictions], indent=1))
+        return
+    typer.echo(f"# ccltwin simulate: {the_op} on {cluster.name}, {twin.nranks} ranks "
+               f"({cluster.nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.model}); predicted, not measured")
+    typer.echo("#" + HEADER[1:])
+    typer.echo("#" + UNITS[1:])
+    for p in predictions:
+        typer.echo(_row(p))
