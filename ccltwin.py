@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from traces.commands import app as trace_app
 from twin.commands import simulate
 from twin.topology_commands import app as topology_app
 
@@ -11,6 +12,7 @@ app = typer.Typer(help="A digital twin and live tuner for NCCL collectives.", no
                   pretty_exceptions_enable=False)
 app.command()(simulate)
 app.add_typer(topology_app, name="topology", help="List, show and import cluster topologies.")
+app.add_typer(trace_app, name="trace", help="Import collective traces and summarise their tasks.")
 
 
 def main() -> None:

@@ -51,12 +51,12 @@ def test_engines_agree_within_2_percent_on_lone_collectives(geometry, request):
 
 def test_concurrent_collectives_share_links(two_node_a100):
     config = Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 8, 512, 1 << 21)
-    schedule = build_schedule(two_node_a100, Op.ALLREDUCE, 1 << 28, config)
+    schedule = build_schedule(two_node_a100, Op.ALLREDUCE, 1 << 30, config)
     alone = simulate([CollectiveRun(schedule)])[0]
     together = simulate([CollectiveRun(schedule), CollectiveRun(schedule)])
-    # Same links: the transfers run at half speed, the latencies overlap.
+    # Same links: each gets at most half the bottleneck, but neither is slower than running second.
     for end in together:
-        assert 1.6 * alone < end < 2.0 * alone
+        assert 1.3 * alone < end <= 2.0 * alone
     staggered = simulate([CollectiveRun(schedule), CollectiveRun(schedule, start_us=alone)])
     assert staggered[0] == pytest.approx(alone, rel=1e-6)
 
