@@ -16,6 +16,7 @@ from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
 from twin.model.protocols import ROOT_COMPLEX_P2P_EFFICIENCY, hop_latency_us, store_efficiency
+from twin.topology import Hop
 
 
 @dataclass(frozen=True)
@@ -195,9 +196,7 @@ class CommGeometry:
             flows += self.tree_flows(channel)[2 * self.nnodes * (self.ppn - 1):]
         return flows
 
-    def _edge_hop(self, u: str, v: str):
-        from twin.topology import Hop
-
+    def _edge_hop(self, u: str, v: str) -> Hop:
         data = self.cluster.graph.edges[u, v]
         return Hop(src=u, dst=v, kind=data["kind"], bw=data["bw"], lat_us=data["lat_us"])
 
