@@ -1,0 +1,165 @@
+"""How a model is spread over GPUs, and the process groups that follow, laid out as Megatron-LM does.
+
+Ranks are numbered with tensor parallelism innermost, then context, data and pipeline
+parallelism (Megatron-LM's default order ``tp-cp-dp-pp``)::
+
+    rank = tp_rank + tp · (cp_rank + cp · (dp_rank + dp · pp_rank))
+
+so a tensor-parallel group is ``tp`` consecutive ranks (one node's NVLink domain when
+``tp ≤ gpus_per_node``) and the data-parallel peers of a rank are ``tp·cp`` apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from traces.schema import ProcessGroup
+
+__all__ = ["Layout", "Plan", "Recompute", "Schedule"]
+
+
+class Schedule(StrEnum):
+    """Pipeline schedule: 1F1B (PipeDream-Flush, Megatron's default) or GPipe (all forwards first)."""
+
+    ONE_F_ONE_B = "1f1b"
+    GPIPE = "gpipe"
+
+
+class Recompute(StrEnum):
+    """Activation recomputation: none, or every layer's forward again before its backward."""
+
+    NONE = "none"
+    FULL = "full"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A parallelism plan: degrees, ZeRO stage, micro-batching, gradient buckets, schedule."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism: activations outside the matmuls are split over the TP group,
+    so each TP all-reduce becomes an all-gather before and a reduce-scatter after."""
+    zero: int = 0
+    """0: all-reduce gradients; 1: reduce-scatter gradients and all-gather parameters once per
+    iteration (Megatron's distributed optimizer); 2: reduce-scatter in every micro-batch;
+    3 (FSDP): also all-gather each layer's parameters before its forward and its backward."""
+    micro_batches: int = 1
+    micro_batch_size: int = 1
+    grad_bucket_bytes: int | None = None
+    """Gradient bucket cap in bytes; ``None``: one bucket, reduced after the whole backward."""
+    first_grad_bucket_bytes: int | None = None
+    """Cap of the first bucket (PyTorch DDP uses 1 MiB); ``None``: the same as the others."""
+    grad_dtype: str | None = None
+    """dtype in which gradients are reduced; ``None``: the model's dtype."""
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    recompute: Recompute = Recompute.NONE
+    embedding_allreduce: bool = True
+    """With sequence parallelism, the vocabulary-parallel embedding all-reduces its output and then
+    splits the sequence (Megatron-LM 23.x); ``False``: it reduce-scatters instead (later versions)."""
+    vocab_divisible_by: int = 128
+    """The vocabulary is padded to a multiple of this times ``tp`` (Megatron-LM)."""
+    first_stage_layers: int | None = None
+    """Layers of the first pipeline stage when it holds fewer (it also holds the embedding)."""
+    last_stage_layers: int | None = None
+    """Layers of the last pipeline stage when it holds fewer (it also holds the output layer)."""
+    gpus_per_node: int = 8
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def stage_layers(self, layers: int) -> list[range] | None:
+        """The layers of each pipeline stage, ``None`` if they cannot be split as asked.
+
+        >>> Plan(pp=4, first_stage_layers=1, last_stage_layers=1).stage_layers(6)
+        [range(0, 1), range(1, 3), range(3, 5), range(5, 6)]
+        """
+        first, last = self.first_stage_layers, self.last_stage_layers
+        fixed = {0: first} if first is not None else {}
+        if last is not None:
+            fixed[self.pp - 1] = last if self.pp > 1 or first is None else None
+        if None in fixed.values():
+            return None
+        free = self.pp - len(fixed)
+        rest = layers - sum(fixed.values())
+        if rest < 0 or (free == 0 and rest) or (free and rest % free):
+            return None
+        counts = [fixed.get(stage, rest // free if free else 0) for stage in range(self.pp)]
+        starts = [sum(counts[:stage]) for stage in range(self.pp)]
+        return [range(start, start + count) for start, count in zip(starts, counts, strict=True)]
+
+    def padded_vocab(self, vocab: int) -> int:
+        multiple = self.vocab_divisible_by * self.tp
+        return -(-vocab // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    """Where a rank sits in the plan."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+
+
+class Layout:
+    """The rank ↔ coordinates map of a plan and the process groups a rank belongs to."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def rank(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
+        p = self.plan
+        return tp + p.tp * (cp + p.cp * (dp + p.dp * pp))
+
+    def coordinates(self, rank: int) -> Coordinates:
+        p = self.plan
+        tp, rest = rank % p.tp, rank // p.tp
+        cp, rest = rest % p.cp, rest // p.cp
+        dp, pp = rest % p.dp, rest // p.dp
+        return Coordinates(tp, cp, dp, pp)
+
+    def _group(self, kind: str, rank: int, varying: tuple[str, ...]) -> ProcessGroup:
+        at = self.coordinates(rank)
+        sizes = {"tp": self.plan.tp, "cp": self.plan.cp, "dp": self.plan.dp, "pp": self.plan.pp}
+        members = [vars(at).copy()]
+        for axis in varying:
+            members = [{**m, axis: i} for m in members for i in range(sizes[axis])]
+        ranks = tuple(sorted(self.rank(**m) for m in members))
+        return ProcessGroup(id=f"{kind}:{ranks[0]}", ranks=ranks, name=kind)
+
+    def tp_group(self, rank: int) -> ProcessGroup:
+        return self._group("tp", rank, ("tp",))
+
+    def cp_group(self, rank: int) -> ProcessGroup:
+        return self._group("cp", rank, ("cp",))
+
+    def pp_group(self, rank: int) -> ProcessGroup:
+        return self._group("pp", rank, ("pp",))
+
+    def grad_group(self, rank: int) -> ProcessGroup:
+        """The group gradients are reduced over: data parallel, times context parallel when ``cp > 1``."""
+        if self.plan.cp > 1:
+            return self._group("dp-cp", rank, ("dp", "cp"))
+        return self._group("dp", rank, ("dp",))
+
+    def embedding_group(self, rank: int) -> ProcessGroup:
+        """First and last pipeline stage of a rank's pipeline, which share tied embeddings."""
+        at = self.coordinates(rank)
+        first = self.rank(at.tp, at.cp, at.dp, 0)
+        last = self.rank(at.tp, at.cp, at.dp, self.plan.pp - 1)
+        return ProcessGroup(id=f"embedding:{first}", ranks=(first, last), name="embedding")
+
+    def representatives(self) -> list[int]:
+        """One rank per distinct role: TP, CP and DP rank 0 of every pipeline stage.
+
+        Ranks that differ only in their TP, CP or DP coordinate issue the same collectives
+        with the same sizes on groups of the same shape, so one of each stands for all.
+        """
+        return [self.rank(pp=stage) for stage in range(self.plan.pp)]
