@@ -161,3 +161,41 @@ def socket_link_gbps(vendor: str, intel_model: int | None = None) -> float:
             return 6.0
         return _INTEL_MODEL_GBPS.get(intel_model, 10.0)
     return _SOCKET_LINK_GBPS[vendor]
+
+
+# Dense peak TFLOP/s by element type, from the same data sheets (half the "with sparsity"
+# figures).  ``float32`` is the CUDA-core rate (PyTorch's default matmul precision), ``tf32``
+# the tensor-core rate; BF16 is ``GpuSpec.bf16_tflops``.  A type a generation lacks takes the
+# next slower one it has (V100 has no TF32: the FP32 rate; no FP8 before Ada: the FP16 rate).
+_PEAK_TFLOPS = {
+    # model:            float32, tf32, float16, fp8
+    "V100-SXM2-16GB": (15.7, 15.7, 125.0, 125.0),
+    "V100-SXM2-32GB": (15.7, 15.7, 125.0, 125.0),
+    "A100-SXM4-40GB": (19.5, 156.0, 312.0, 312.0),
+    "A100-SXM4-80GB": (19.5, 156.0, 312.0, 312.0),
+    "A100-PCIE-40GB": (19.5, 156.0, 312.0, 312.0),
+    "A100-PCIE-80GB": (19.5, 156.0, 312.0, 312.0),
+    "A40": (37.4, 74.8, 149.7, 149.7),
+    "RTX-A6000": (38.7, 77.4, 154.8, 154.8),
+    "L40S": (91.6, 183.0, 362.05, 733.0),
+    "H100-SXM5-80GB": (67.0, 494.7, 989.4, 1978.9),
+    "H100-PCIE": (51.0, 378.0, 756.4, 1513.0),
+    "H200-SXM-141GB": (67.0, 494.7, 989.4, 1978.9),
+    "B200": (75.0, 1125.0, 2250.0, 4500.0),
+}
+_PEAK_COLUMN = {"float32": 0, "float": 0, "tf32": 1, "float16": 2, "half": 2,
+                "fp8_e4m3": 3, "fp8_e5m2": 3, "int8": 3, "uint8": 3}
+
+
+def peak_tflops(gpu: GpuSpec, dtype: str = "bfloat16") -> float:
+    """Dense peak TFLOP/s of ``gpu`` on ``dtype`` (a ``traces.task`` dtype name or ``tf32``).
+
+    >>> peak_tflops(gpu_spec("h100"), "bfloat16"), peak_tflops(gpu_spec("a100"), "float32")
+    (989.4, 19.5)
+    """
+    if dtype == "bfloat16":
+        return gpu.bf16_tflops
+    if dtype not in _PEAK_COLUMN:
+        known = ", ".join(["bfloat16", *_PEAK_COLUMN])
+        raise TopologyError(f"no peak FLOP rate for element type {dtype!r} (known: {known})")
+    return _PEAK_TFLOPS[gpu.model][_PEAK_COLUMN[dtype]]

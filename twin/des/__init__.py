@@ -1,5 +1,6 @@
 """The SimPy engine: collectives as processes, links as capacity shared between them."""
 
-from twin.des.engine import CollectiveRun, simulate
+from twin.des.engine import CollectiveRun, lumped_bytes, lumped_cap_gbps, simulate
+from twin.des.network import FluidNetwork, Transfer
 
-__all__ = ["CollectiveRun", "simulate"]
+__all__ = ["CollectiveRun", "FluidNetwork", "Transfer", "lumped_bytes", "lumped_cap_gbps", "simulate"]

@@ -5,6 +5,13 @@ after another: a step is a transfer of the step's bytes over every link the coll
 channels load, and cannot end before the hop latency plus one cut-through grain has passed.
 Alone on the network this reproduces ``Schedule.time_us`` exactly; several collectives at
 once slow each other down wherever they share a link.
+
+A whole training iteration has thousands of collectives of hundreds of steps each, so
+``twin.replay`` runs each collective as one *lumped* transfer: all its steps' bytes at a rate
+capped by ``lumped_cap_gbps``, the rate at which the bytes take the schedule's time when
+the collective is alone.  Alone it ends exactly when the step-by-step run does; sharing links
+it gets its max-min share of them, as its steps would, less the few per-step latencies that
+a slowed step would no longer hide.
 """
 
 from __future__ import annotations
@@ -46,3 +53,19 @@ def simulate(runs: list[CollectiveRun]) -> list[float]:
         env.process(_collective(env, net, run, ends, i))
     env.run()
     return [ends[i] for i in range(len(runs))]
+
+
+def lumped_bytes(s: Schedule) -> float:
+    """Payload bytes one channel moves over the whole schedule."""
+    return float(s.n_steps * s.step_bytes)
+
+
+def lumped_cap_gbps(s: Schedule, copy_scale: float = 1.0) -> float:
+    """The rate at which ``lumped_bytes`` take the schedule's steps' time, alone on the network.
+
+    ``copy_scale`` scales what the channel's CTA copies per second (compute on the same GPU
+    takes memory bandwidth from it).
+    """
+    gbps = min(float(s.gbps), float(s.cap_gbps) * copy_scale)
+    step_us = max(float(s.step_bytes) / (gbps * 1e3), float(s.latency_us(gbps)))
+    return float(s.step_bytes) / (step_us * 1e3)

@@ -4,7 +4,9 @@ Picture a NIC that two collectives cross at once: each gets half of it, and when
 finishes the other speeds up at that instant.  A transfer loads each directed link it
 crosses with a weight (raw bytes per payload byte, times the channel flows it bundles);
 rates are set by progressive filling, capped by what the sending CTAs can copy, and reset
-whenever a transfer starts or ends.
+whenever a transfer starts or ends or a cap changes.  Work that no link limits (a compute
+phase slowed by communication kernels on its GPU) is a transfer with no links: its cap alone
+sets its rate.
 """
 
 from __future__ import annotations
@@ -49,6 +51,16 @@ class FluidNetwork:
         self.active.append(t)
         self._reschedule()
         return t
+
+    def set_caps(self, caps: list[tuple[Transfer, float]]) -> None:
+        """Change the caps of running transfers (e.g. a copy engine slowed by compute), now."""
+        changed = [(t, float(c)) for t, c in caps if t.cap_gbps != c and not t.done.triggered]
+        if not changed:
+            return
+        self._advance()
+        for t, cap in changed:
+            t.cap_gbps = cap
+        self._reschedule()
 
     def _advance(self) -> None:
         dt = self.env.now - self._last_update  # µs

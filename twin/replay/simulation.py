@@ -1,0 +1,300 @@
+"""Replay a whole trace on a cluster: every rank's streams as SimPy processes on one network.
+
+Picture rank 0 of a data-parallel job: its compute stream runs the backward pass layer by
+layer, and each gradient bucket's all-reduce waits (``after``) for the layer that produced
+it, then runs on the NCCL stream while the next layers compute.  The replay follows the
+trace's rules: events of one (rank, stream) run in order; an event waits for its ``after``
+events; the k-th collective of a group on each member is one call, which begins when the
+last member present in the trace reaches it (members missing from the trace are assumed to
+be there already) and ends for all members at once.  A trace that keeps one representative
+rank per role leaves out ranks that would make the same calls at the same time on shifted
+groups; those calls that share a node with a call replayed here (the seven other
+data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they load the
+network and nothing waits for them.  SendRecv calls pair the k-th call
+of a rank naming a peer with the k-th of the peer naming it.
+
+Each call moves its bytes through the fluid network as one lumped transfer
+(``twin.des.engine``), so calls that overlap share links and NICs; compute phases are
+linkless transfers whose speed communication kernels on the same GPU lower, and compute
+lowers those kernels' copy rate in turn (``twin.replay.compute``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import simpy
+
+from traces.schema import CollectiveEvent, ComputeEvent, Trace
+from traces.task import Op, Task
+from tuner.config import Config
+from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
+from twin.replay.comms import Communicators, ReplayError, Timed, members_of, task_of
+from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, ComputeTimer, compute_speed
+from twin.replay.result import RankTimes, ReplayResult, TaskTimes, length, overlap, union
+
+WORK_UNITS_PER_US = 1e3
+"""A compute phase is a linkless transfer of ``µs × 1e3`` units: at a cap of 1 "GB/s" it
+moves 1e3 units per µs, so its cap is its speed."""
+
+
+@dataclass
+class _Call:
+    """One collective call across its members."""
+
+    key: tuple
+    task: Task | None
+    timed: Timed | None
+    members: tuple[int, ...]
+    present: tuple[int, ...]
+    done: simpy.Event
+    measured_us: float = 0.0
+    arrived: list[int] = field(default_factory=list)
+    began_us: float = 0.0
+    transfer: Transfer | None = None
+
+
+@dataclass
+class _Gpu:
+    """What runs on one rank's GPU now: compute phases, SMs held by NCCL kernels, calls moving data."""
+
+    computes: list[Transfer] = field(default_factory=list)
+    busy_sms: int = 0
+    calls: list[_Call] = field(default_factory=list)
+
+
+class _Replay:
+    def __init__(self, trace: Trace, cluster, configs: dict[Task, Config], comms: Communicators):
+        self.trace = trace
+        self.comms = comms
+        self.configs = configs
+        self.gpu = cluster.gpu
+        self.timer = ComputeTimer.for_trace(trace, self.gpu)
+        self.env = simpy.Environment()
+        self.net = FluidNetwork(self.env)
+        self.present = {r.rank for r in trace.ranks}
+        self.gpus = {r: _Gpu() for r in self.present}
+        self.done = {(r.rank, e.id): self.env.event() for r in trace.ranks for e in r.events}
+        self.calls: dict[tuple, _Call] = {}
+        self.intervals: dict[int, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+        self.iteration_end: dict[int, float] = defaultdict(float)
+        self.call_log: list[tuple[_Call, float]] = []
+        self.unsized = 0
+        self.shadow_of: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+    # ---- streams -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for rank in self.trace.ranks:
+            streams: dict[str, list] = defaultdict(list)
+            for event in rank.events:
+                streams[event.stream].append(event)
+            keys = _call_keys(rank.rank, rank.events)
+            for events in streams.values():
+                self.env.process(self._stream(rank.rank, events, keys))
+        self.env.run()
+        self._check_finished()
+
+    def _stream(self, rank: int, events: list, keys: dict[int, tuple]):
+        for event in events:
+            deps = [self.done[(rank, d)] for d in event.after]
+            if deps:
+                yield simpy.AllOf(self.env, deps)
+            start = self.env.now
+            if isinstance(event, ComputeEvent):
+                yield from self._compute(rank, event)
+                kind = "compute"
+            else:
+                yield from self._collective(rank, event, keys[event.id])
+                kind = "comm"
+            self.intervals[rank][kind].append((start, self.env.now))
+            self.iteration_end[event.iteration] = max(self.iteration_end[event.iteration], self.env.now)
+            self.done[(rank, event.id)].succeed()
+
+    def _compute(self, rank: int, event: ComputeEvent):
+        work = self.timer.time_us(event)
+        if work <= 0:
+            return
+        gpu = self.gpus[rank]
+        phase = self.net.start(work * WORK_UNITS_PER_US, (), compute_speed(gpu.busy_sms, self.gpu))
+        gpu.computes.append(phase)
+        if len(gpu.computes) == 1:
+            self._recap_calls(gpu)
+        yield phase.done
+        gpu.computes.remove(phase)
+        if not gpu.computes:
+            self._recap_calls(gpu)
+
+    def _collective(self, rank: int, event: CollectiveEvent, key: tuple):
+        call = self._call(rank, event, key)
+        call.arrived.append(rank)
+        if event.nbytes is None:
+            measured = event.duration_us
+            if measured is None and event.start_us is not None and event.end_us is not None:
+                measured = event.end_us - event.start_us
+            call.measured_us = max(call.measured_us, measured or 0.0)
+        sms = call.timed.config.nchannels if call.timed else 0
+        gpu = self.gpus[rank]
+        self._hold_sms(gpu, sms)
+        if len(call.arrived) == len(call.present):
+            self.env.process(self._run_call(call))
+        yield call.done
+        self._hold_sms(gpu, -sms)
+
+    # ---- calls ---------------------------------------------------------------------------
+
+    def _call(self, rank: int, event: CollectiveEvent, key: tuple) -> _Call:
+        if key in self.calls:
+            return self.calls[key]
+        members = members_of(self.trace, rank, event)
+        task = task_of(self.trace, rank, event)
+        timed = None
+        if task is None:
+            self.unsized += 1
+        elif task.nranks > 1 and task.nbytes > 0:
+            timed = self.comms.timed(task, event.group, members, self.configs.get(task))
+        present = tuple(r for r in members if r in self.present)
+        call = _Call(key, task, timed, members, present, self.env.event())
+        self.calls[key] = call
+        return call
+
+    def _run_call(self, call: _Call):
+        call.began_us = self.env.now
+        if call.timed is not None:
+            s = call.timed.schedule
+            yield self.env.timeout(float(s.launch_us))
+            call.transfer = self.net.start(lumped_bytes(s), s.links, self._call_cap(call))
+            for copy in self._shadows(call):
+                shadow = self.comms.schedule(copy, call.task, call.timed.config)
+                self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow))
+            for r in call.present:
+                self.gpus[r].calls.append(call)
+            yield call.transfer.done
+            for r in call.present:
+                self.gpus[r].calls.remove(call)
+        elif call.measured_us > 0:
+            yield self.env.timeout(call.measured_us)
+        if call.task is not None:
+            self.call_log.append((call, self.env.now - call.began_us))
+        del self.calls[call.key]
+        call.done.succeed()
+
+    def _shadows(self, call: _Call) -> list[tuple[int, ...]]:
+        """Absent shifted copies of the call's members that this call stands for (each copy is
+        claimed by the first replayed group that shares a node with it)."""
+        mine = []
+        for copy in self.comms.absent_siblings(call.members):
+            if self.shadow_of.setdefault(copy, call.members) == call.members:
+                mine.append(copy)
+        return mine
+
+    def _call_cap(self, call: _Call) -> float:
+        computing = any(self.gpus[r].computes for r in call.present)
+        return lumped_cap_gbps(call.timed.schedule, COPY_RATE_UNDER_COMPUTE if computing else 1.0)
+
+    # ---- interference --------------------------------------------------------------------
+
+    def _hold_sms(self, gpu: _Gpu, sms: int) -> None:
+        if not sms:
+            return
+        gpu.busy_sms += sms
+        speed = compute_speed(gpu.busy_sms, self.gpu)
+        self.net.set_caps([(phase, speed) for phase in gpu.computes])
+
+    def _recap_calls(self, gpu: _Gpu) -> None:
+        self.net.set_caps([(call.transfer, self._call_cap(call)) for call in gpu.calls])
+
+    # ---- results -------------------------------------------------------------------------
+
+    def _check_finished(self) -> None:
+        for call in self.calls.values():
+            waiting = sorted(set(call.present) - set(call.arrived))
+            rank = call.arrived[0]
+            what = f"{call.task.op} of {call.task.nbytes} B" if call.task else "a collective of unknown size"
+            raise ReplayError(f"rank {rank} waits forever in {what} on group {call.key[0]!r}: "
+                              f"rank(s) {waiting} never issue their matching call")
+        stuck = [key for key, ev in self.done.items() if not ev.triggered]
+        if stuck:
+            rank, event = stuck[0]
+            raise ReplayError(f"rank {rank}, event {event} never ran ({len(stuck)} events stuck)")
+
+    def result(self, cluster_name: str) -> ReplayResult:
+        iterations = sorted(self.iteration_end)
+        n = max(len(iterations), 1)
+        times, previous = [], 0.0
+        for i in iterations:
+            times.append(max(self.iteration_end[i] - previous, 0.0))
+            previous = max(previous, self.iteration_end[i])
+        ranks = []
+        for rank in sorted(self.present):
+            compute = union(self.intervals[rank]["compute"])
+            comm = union(self.intervals[rank]["comm"])
+            ranks.append(RankTimes(rank, length(compute) / n, length(comm) / n,
+                                   (length(comm) - overlap(comm, compute)) / n))
+        return ReplayResult(cluster_name, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n),
+                            tuple(self._notes()))
+
+    def _tasks(self, iterations: int) -> tuple[TaskTimes, ...]:
+        by_task: dict[Task, list[tuple[_Call, float]]] = defaultdict(list)
+        for call, took in self.call_log:
+            by_task[call.task].append((call, took))
+        out = []
+        for task, calls in by_task.items():
+            timed = [c.timed for c, _ in calls if c.timed is not None]
+            first = timed[0] if timed else None
+            mean = sum(t for _, t in calls) / len(calls)
+            alone = sum(float(t.schedule.time_us()) for t in timed) / len(timed) if timed else mean
+            config = first.config if first else None
+            if config is None:
+                continue  # 1-rank or 0-byte calls: nothing moves
+            out.append(TaskTimes(task, config, first.chosen_by, len(calls) / iterations, mean, alone))
+        return tuple(sorted(out, key=lambda t: -t.time_us * t.calls_per_iteration))
+
+    def _notes(self) -> list[str]:
+        notes = []
+        if self.timer.kept_as_measured:
+            source = self.timer.source.model if self.timer.source else "an unnamed GPU"
+            notes.append(f"{self.timer.kept_as_measured} compute phase(s) have only a measured duration "
+                         f"(on {source}) and keep it on {self.gpu.model}")
+        if self.timer.untimed:
+            notes.append(f"{self.timer.untimed} compute phase(s) have no duration, FLOPs or bytes: timed as 0")
+        if self.unsized:
+            notes.append(f"{self.unsized} collective call(s) of unknown size replay with their measured time")
+        fallbacks = {c.task for c, _ in self.call_log if c.timed and c.timed.chosen_by == "nccl-fallback"}
+        if fallbacks:
+            notes.append(f"{len(fallbacks)} task(s) had a configuration this cluster cannot run: NCCL's default used")
+        missing = self.trace.world_size - len(self.present)
+        if missing:
+            notes.append(f"{len(self.present)} of {self.trace.world_size} ranks in the trace: the others are assumed "
+                         f"to reach each shared call in time; {len(self.shadow_of)} group(s) of absent ranks sharing "
+                         "nodes with replayed calls load the network beside them")
+        return notes
+
+
+def _call_keys(rank: int, events) -> dict[int, tuple]:
+    """Event id -> the call it joins: (group, k) for the k-th call of a group in issue order,
+    (group, lower rank, higher rank, k) for the k-th SendRecv of a pair."""
+    keys, seq = {}, defaultdict(int)
+    for event in events:
+        if isinstance(event, CollectiveEvent):
+            pair = (event.group, *sorted((rank, event.peer))) if event.op is Op.SENDRECV else (event.group,)
+            keys[event.id] = (*pair, seq[pair])
+            seq[pair] += 1
+    return keys
+
+
+def replay(trace: Trace, cluster, configs: dict[Task, Config] | None = None, *,
+           comms: Communicators | None = None) -> ReplayResult:
+    """Replay ``trace`` on ``cluster`` (rank r on GPU r).
+
+    ``configs`` maps tasks (as ``Trace.tasks`` names them) to the configuration to run them
+    with; other tasks run with NCCL's default choice.  ``comms`` reuses the communicators of
+    an earlier replay of the same trace on the same cluster.  Raises ``ReplayError`` when the
+    cluster has fewer GPUs than the trace's world size or a call can never complete.
+    """
+    if comms is None:
+        comms = Communicators(trace, cluster)
+    run = _Replay(trace, cluster, configs or {}, comms)
+    run.run()
+    return run.result(cluster.name)
