@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from traces.commands import app as trace_app
+from tuner.store_commands import app as store_app
 from twin.commands import simulate
 from twin.topology_commands import app as topology_app
 
@@ -13,6 +14,7 @@ app = typer.Typer(help="A digital twin and live tuner for NCCL collectives.", no
 app.command()(simulate)
 app.add_typer(topology_app, name="topology", help="List, show and import cluster topologies.")
 app.add_typer(trace_app, name="trace", help="Import collective traces and summarise their tasks.")
+app.add_typer(store_app, name="store", help="Show the tuning store, import nccl-tests logs, export winners.")
 
 
 def main() -> None:

@@ -1,0 +1,119 @@
+"""``ccltwin store``: look into a tuning store, load nccl-tests logs into it, export its winners.
+
+    ccltwin store show tuning.db [--hardware h100-a] [--history] [--json]
+    ccltwin store import tuning.db all_reduce.log [--hardware h100-a]
+    ccltwin store export tuning.db --csv nccl_tuner.conf --env nccl.env [--hardware h100-a]
+
+Errors go to stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traces.errors import TraceError
+from tuner.export import settings_from_winners, write_env, write_tuner_csv
+from tuner.measurement import Measurement, read_nccl_tests_measurements
+from tuner.store import Store, StoreError
+
+app = typer.Typer(help="The SQLite tuning store: show, import, export.", no_args_is_help=True)
+
+StorePath = Annotated[Path, typer.Argument(help="The store file (SQLite).")]
+Hardware = Annotated[str | None, typer.Option(help="Only this hardware id (needed when the store has several).")]
+
+
+def _fail(err: Exception) -> typer.Exit:
+    typer.echo(f"error: {err}", err=True)
+    return typer.Exit(2)
+
+
+def _row(m: Measurement) -> str:
+    t, c = m.task, m.config
+    config = "nccl default" if c is None else f"{c.subspace} nc={c.nchannels} nt={c.nthreads} chunk={c.chunk_bytes}"
+    return (f"{m.hardware:<16.16} {t.op:<13} {t.nbytes:>12} {t.nranks:>5} {t.dtype:<8} {t.group or '-':<6} "
+            f"{m.comm or '-':<8} {m.time_us:>10.2f}  {m.source:<10} {config}")
+
+
+@app.command()
+def show(
+    store: StorePath,
+    hardware: Hardware = None,
+    history: Annotated[bool, typer.Option("--history", help="Every measurement, not only the winners.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of measurements.")] = False,
+) -> None:
+    """Print the current best config of every task (or the whole history)."""
+    try:
+        with Store(store, create=False) as db:
+            rows = db.history(hardware=hardware) if history else db.bests(hardware=hardware)
+            total = db.count()
+    except StoreError as err:
+        raise _fail(err) from None
+    if as_json:
+        typer.echo(json.dumps([m.to_dict() for m in rows], indent=1))
+        return
+    what = "measurements" if history else "winners (measured times only)"
+    typer.echo(f"# {store}: {total} measurements; {len(rows)} {what}")
+    typer.echo(f"# {'hardware':<16} {'op':<13} {'size (B)':>12} {'ranks':>5} {'dtype':<8} {'group':<6} {'comm':<8} "
+               f"{'time (us)':>10}  {'source':<10} config")
+    for m in rows:
+        typer.echo(_row(m))
+
+
+@app.command("import")
+def import_(
+    store: StorePath,
+    logs: Annotated[list[Path], typer.Argument(help="nccl-tests result files (text, JSON, CSV, markdown).")],
+    hardware: Annotated[str | None, typer.Option(help="Hardware id (default: each log's '# HARDWARE:' line).")] = None,
+) -> None:
+    """Add every row of nccl-tests logs to the store's history (NCCL's default config)."""
+    try:
+        measurements = [m for log in logs for m in read_nccl_tests_measurements(log, hardware=hardware)]
+        with Store(store) as db:
+            db.add_many(measurements)
+    except (TraceError, StoreError) as err:
+        raise _fail(err) from None
+    typer.echo(f"{store}: added {len(measurements)} measurements from {len(logs)} log(s)")
+
+
+@app.command()
+def export(
+    store: StorePath,
+    csv: Annotated[Path | None, typer.Option(help="Write NCCL's example tuner plugin rules here.")] = None,
+    env: Annotated[Path | None, typer.Option(help="Write the per-process NCCL_* variables here.")] = None,
+    hardware: Hardware = None,
+    exact_sizes: Annotated[bool, typer.Option(
+        "--exact-sizes", help="One rule per measured size instead of covering every size.")] = False,
+) -> None:
+    """Export the winners: the example tuner plugin's CSV and/or an environment file."""
+    if csv is None and env is None:
+        raise _fail(ValueError("nothing to do: give --csv and/or --env"))
+    try:
+        with Store(store, create=False) as db:
+            hardware = hardware or _only_hardware(db)
+            winners = db.bests(hardware=hardware)
+    except StoreError as err:
+        raise _fail(err) from None
+    if not winners:
+        raise _fail(StoreError(f"{store}: no measured winners for hardware {hardware!r}"))
+    title = f"{len(winners)} winners of {store} on {hardware}"
+    if csv is not None:
+        notes = write_tuner_csv(winners, csv, cover_all_sizes=not exact_sizes, title=title)
+        typer.echo(f"wrote {csv} (load it with NCCL_TUNER_CONFIG_FILE={csv.resolve()})")
+        for note in notes:
+            typer.echo(f"  note: {note}")
+    if env is not None:
+        extra = {"NCCL_TUNER_CONFIG_FILE": str(csv.resolve())} if csv is not None else None
+        write_env(settings_from_winners(winners), env, extra=extra, title=title)
+        typer.echo(f"wrote {env} (bash: set -a; . {env}; set +a)")
+
+
+def _only_hardware(db: Store) -> str:
+    ids = sorted({m.hardware for m in db.bests()})
+    if len(ids) != 1:
+        found = ", ".join(repr(i) for i in ids) or "none"
+        raise StoreError(f"{db.path}: give --hardware; the store holds winners of {found}")
+    return ids[0]
