@@ -3,22 +3,32 @@
 ccltwin trace import rank0.json.gz rank1.json.gz -o job.json
 ccltwin trace import all_reduce.log --format nccl-tests -o ar.json
 ccltwin trace summary job.json [--json]
+ccltwin trace capture -o job.json --nproc-per-node 2 [--iterations N] [--warmup W] train.py [script args]
+ccltwin trace generate --preset autoccl-phi2 -o phi2.json.gz [--iterations N] [--set micro_batches=4]
+ccltwin trace generate --model llama-3.1-8b --plan plan.yaml -o job.json
+ccltwin trace presets
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 
+from traces.capture.launch import torchrun_command
+from traces.capture.session import check_writable
 from traces.chakra import read_chakra
 from traces.errors import TraceError
 from traces.flight_recorder import read_flight_recorder
+from traces.generate import generate as generate_trace
+from traces.generate import list_models, list_presets, workload
 from traces.kineto import read_kineto
 from traces.nccl_tests import read_nccl_tests
 from traces.summary import format_summary, summarize
@@ -128,3 +138,93 @@ def summary(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     typer.echo(json.dumps(result, indent=1) if as_json else format_summary(result))
+
+
+_SCRIPT_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+@app.command(context_settings=_SCRIPT_ARGS)
+def capture(
+    ctx: typer.Context,
+    script: Annotated[Path, typer.Argument(help="The training script; its own arguments follow it.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="The trace to write; .gz compresses.")],
+    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1, help="Processes (ranks) to start.")] = 1,
+    iterations: Annotated[
+        int | None, typer.Option("--iterations", min=1, help="Iterations to record (default: the whole run).")
+    ] = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Iterations to run unrecorded first.")] = 0,
+) -> None:
+    """Run a script under torchrun on this host and capture every collective it issues.
+
+    An iteration ends at each optimizer step. For several hosts, run
+    `torchrun ... -m traces.capture -o job.json train.py` yourself.
+    """
+    try:
+        check_writable(output)
+        if not script.is_file():
+            raise TraceError("no such script", script)
+    except TraceError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    command = torchrun_command(
+        script, ctx.args, output, nproc_per_node=nproc_per_node, iterations=iterations, warmup=warmup
+    )
+    code = subprocess.run(command, check=False).returncode
+    if code:
+        raise typer.Exit(code)
+
+
+def _plan_overrides(settings: list[str]) -> dict:
+    """``["micro_batches=4", "zero=1"]`` → plan fields, values read as YAML scalars."""
+    overrides = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise TraceError(f"--set takes FIELD=VALUE, got {setting!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+@app.command()
+def generate(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write; .gz compresses.")],
+    preset: Annotated[
+        str | None, typer.Option("--preset", help="A bundled workload (see `ccltwin trace presets`) or a file.")
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="A bundled model name or a model file.")] = None,
+    plan: Annotated[Path | None, typer.Option("--plan", help="A plan file (YAML or JSON).")] = None,
+    iterations: Annotated[int, typer.Option("--iterations", min=1, help="Training iterations.")] = 1,
+    all_ranks: Annotated[
+        bool, typer.Option("--all-ranks", help="Every rank, not one per pipeline stage (small jobs only).")
+    ] = False,
+    settings: Annotated[
+        list[str] | None, typer.Option("--set", metavar="FIELD=VALUE", help="Change a plan field (repeatable).")
+    ] = None,
+) -> None:
+    """Generate a training trace from a model and a parallelism plan; write nothing on error."""
+    try:
+        work = workload(
+            preset, model=model, plan=None if plan is None else str(plan), overrides=_plan_overrides(settings or [])
+        )
+        trace = generate_trace(work, iterations, "all" if all_ranks else "representative")
+        save_trace(trace, output)
+    except TraceError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    events = sum(len(r.events) for r in trace.ranks)
+    typer.echo(
+        f"wrote {output}: {work.name}, world size {trace.world_size}, {len(trace.ranks)} rank(s) in the trace, "
+        f"{events} events, {len(trace.tasks())} distinct tasks"
+    )
+
+
+@app.command()
+def presets() -> None:
+    """List the bundled workloads, models and example traces."""
+    from traces.examples import DEFAULT
+    from traces.examples import names as example_names
+
+    for name in list_presets():
+        typer.echo(f"{name:20} {workload(name).description}")
+    typer.echo(f"models: {', '.join(list_models())}")
+    typer.echo(f"example traces (traces/examples, default {DEFAULT}): {', '.join(example_names())}")

@@ -32,6 +32,9 @@ class CnnRank:
         self.buckets: list[Bucket] = assign_buckets(
             units, self.db, plan.grad_bucket_bytes, plan.first_grad_bucket_bytes
         )
+        self.closing = {bucket.units[-1]: index for index, bucket in enumerate(self.buckets)}
+        """Backward position of a bucket's last layer → the bucket, reduced right after that layer."""
+        self.grad_dtype = plan.grad_dtype or model.dtype
 
     def _mem(self, index: int) -> int:
         """Bytes a layer's forward moves for a micro-batch: weights, input and output activations."""
@@ -49,19 +52,17 @@ class CnnRank:
                 for index, layer in enumerate(layers):
                     out.compute(f"{layer.name}.fwd", b * layer.flops, self._mem(index), *gate)
                     gate = ()
-                ready = [
-                    out.compute(f"{layer.name}.bwd", 2 * b * layer.flops, 2 * self._mem(len(layers) - 1 - k))
-                    for k, layer in enumerate(reversed(layers))
-                ]
-                if micro_batch < self.plan.micro_batches - 1:
-                    continue
-                for index, bucket in enumerate(self.buckets):
-                    reductions.append(
-                        out.collective(
-                            Op.ALLREDUCE, bucket.params * self.db, self.group, self.plan.grad_dtype or self.model.dtype,
-                            f"dp-grads.bucket{index}", ready[bucket.units[-1]],
+                last = micro_batch == self.plan.micro_batches - 1
+                for k, layer in enumerate(reversed(layers)):
+                    ready = out.compute(f"{layer.name}.bwd", 2 * b * layer.flops, 2 * self._mem(len(layers) - 1 - k))
+                    if last and k in self.closing:
+                        index = self.closing[k]
+                        reductions.append(
+                            out.collective(
+                                Op.ALLREDUCE, self.buckets[index].params * self.db, self.group, self.grad_dtype,
+                                f"dp-grads.bucket{index}", ready,
+                            )
                         )
-                    )
             params = self.model.params()
             gate = (out.compute("optimizer", SGD_FLOPS_PER_PARAM * params, SGD_BYTES_PER_PARAM * params, *reductions),)
         return out

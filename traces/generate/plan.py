@@ -69,6 +69,10 @@ class Plan:
     """Layers of the last pipeline stage when it holds fewer (it also holds the output layer)."""
     gpus_per_node: int = 8
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "schedule", Schedule(self.schedule))
+        object.__setattr__(self, "recompute", Recompute(self.recompute))
+
     @property
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp

@@ -84,6 +84,7 @@ class TransformerRank:
         self.out = RankEvents(rank)
         t, m = plan.tp, model
         self.first, self.last = self.at.pp == 0, self.at.pp == plan.pp - 1
+        self._sp = plan.sequence_parallel and plan.tp > 1
         stages = plan.stage_layers(m.layers)
         if stages is None:
             raise ValueError(f"plan cannot split {m.layers} layers into {plan.pp} stages")
@@ -110,13 +111,18 @@ class TransformerRank:
             ),
         )
         self.kv_bytes = plan.micro_batch_size * m.seq_len * 2 * (m.kv_heads // t) * m.head_dim * self.db
-        self.ready: dict[str, int] = {}  # grad unit → backward event that finished its gradients
         self.gate: tuple[int | None, ...] = ()  # what the next iteration's first event waits for
         self.step: int | None = None  # the last optimizer step
         self.loss: int | None = None  # the last stage's loss of the current micro-batch
         self.backward_end: int | None = None
-        self.buckets: list[Bucket] = []
         self.reductions: list[int | None] = []
+        self.reduce_now = False  # whether this micro-batch's backward reduces gradients
+        units = self._dp_units()
+        self.buckets: list[Bucket] = assign_buckets(
+            units, DTYPE_BYTES[self.grad_dtype], plan.grad_bucket_bytes, plan.first_grad_bucket_bytes
+        )
+        self.closing = {units[bucket.units[-1]].name: index for index, bucket in enumerate(self.buckets)}
+        """Gradient unit → the bucket it completes (reduced as soon as it is ready, with a bucket cap)."""
 
     def _matmul_mem(self, k: int, n: int) -> int:
         """Bytes a ``tokens × k`` by ``k × n`` matmul reads and writes."""
@@ -153,14 +159,11 @@ class TransformerRank:
 
     # ---- communication helpers ----------------------------------------------------------
 
-    def _tp(self, op: Op, name: str, *after: int | None, nbytes: int | None = None, dtype: str | None = None):
+    def _tp(self, op: Op, name: str, after: int | None, nbytes: int | None = None, dtype: str | None = None):
+        """A collective on the TP group, by default of the micro-batch's activations."""
         return self.out.collective(
-            op, self.act_bytes if nbytes is None else nbytes, self.tp, dtype or self.model.dtype, name, *after
+            op, self.act_bytes if nbytes is None else nbytes, self.tp, dtype or self.model.dtype, name, after
         )
-
-    @property
-    def _sp(self) -> bool:
-        return self.plan.sequence_parallel and self.plan.tp > 1
 
     def _block_forward(
         self, layer: int, block: _Block, prev: int | None, tag: str, gathered: int | None = None
@@ -261,11 +264,14 @@ class TransformerRank:
 
     def backward(self, micro_batch: int, last_micro_batch: bool) -> None:
         out, m = self.out, self.model
+        self.reduce_now = self.plan.zero >= 2 or last_micro_batch
+        if self.reduce_now:
+            self.reductions = []
         T, h = self.tokens, m.hidden
         if self.last:
             flops = 2 * T * h * self.vocab / self.plan.tp
             prev, wgrad = self._column_backward("output", flops, flops, 2 * self._output_mem, self.loss, False)
-            self.ready["output"] = self.ready["final_norm"] = wgrad
+            self._grads_ready(("output", "final_norm"), wgrad)
         else:
             next_stage = self.pp.ranks[self.at.pp + 1]
             prev = out.collective(Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-recv.grad", peer=next_stage)
@@ -278,7 +284,7 @@ class TransformerRank:
             for block in reversed(self.blocks):
                 prev, wgrad = self._block_backward(layer, block, _last(prev, gathered))
                 gathered = None
-            self.ready[f"layer{layer}"] = wgrad
+            self._grads_ready((f"layer{layer}",), wgrad)
             if self.plan.zero >= 3:
                 out.collective(
                     Op.REDUCESCATTER, self._layer_params() * grad_bytes, self.grad, self.grad_dtype,
@@ -286,41 +292,37 @@ class TransformerRank:
                 )
         if self.first:
             grad = self._tp(Op.ALLGATHER, "sp-gather.embedding.grad", prev) if self._sp else None
-            self.ready["embedding"] = out.compute("embedding.bwd", 0, 2 * T * h * self.db, _last(prev, grad))
-            self.backward_end = self.ready["embedding"]
+            self.backward_end = out.compute("embedding.bwd", 0, 2 * T * h * self.db, _last(prev, grad))
+            self._grads_ready(("embedding",), self.backward_end)
         else:
             previous_stage = self.pp.ranks[self.at.pp - 1]
             self.backward_end = out.collective(
                 Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-send.grad", prev, peer=previous_stage
             )
-        if self.plan.zero >= 2 or last_micro_batch:
-            self._reduce_grads()
+        if self.reduce_now and self.plan.grad_bucket_bytes is None:
+            self.reductions = [self._reduce_bucket(index, self.backward_end) for index in range(len(self.buckets))]
 
     # ---- end of the iteration -----------------------------------------------------------
 
     def _dp_units(self) -> list[GradUnit]:
         """Gradient units reduced in buckets (under ZeRO-3 only those outside the layers)."""
-        units = [u for u in self.grad_units() if u.name in self.ready]
+        units = self.grad_units()
         return [u for u in units if not u.name.startswith("layer")] if self.plan.zero >= 3 else units
 
-    def _reduce_grads(self) -> None:
-        """Reduce gradient buckets over data parallelism once their gradients are ready.
+    def _grads_ready(self, names: tuple[str, ...], event: int) -> None:
+        """Backward has produced these units' gradients; with a bucket cap, reduce the buckets they complete.
 
-        With a bucket cap a bucket goes as soon as backward has produced its last gradient
-        (DDP, Megatron's overlapped reduction); without one, after the whole backward.
+        That is DDP's and Megatron's overlapped reduction: a bucket goes while backward goes on.
         """
+        for name in names:
+            if self.reduce_now and self.plan.grad_bucket_bytes is not None and name in self.closing:
+                self.reductions.append(self._reduce_bucket(self.closing[name], event))
+
+    def _reduce_bucket(self, index: int, after: int | None) -> int | None:
         gd = DTYPE_BYTES[self.grad_dtype]
-        units = self._dp_units()
-        self.buckets = assign_buckets(units, gd, self.plan.grad_bucket_bytes, self.plan.first_grad_bucket_bytes)
         op = Op.ALLREDUCE if self.plan.zero == 0 else Op.REDUCESCATTER
-        overlapped = self.plan.grad_bucket_bytes is not None
-        self.reductions = [
-            self.out.collective(
-                op, bucket.params * gd, self.grad, self.grad_dtype, f"dp-grads.bucket{index}",
-                self.ready[units[bucket.units[-1]].name] if overlapped else self.backward_end,
-            )
-            for index, bucket in enumerate(self.buckets)
-        ]
+        params = self.buckets[index].params
+        return self.out.collective(op, params * gd, self.grad, self.grad_dtype, f"dp-grads.bucket{index}", after)
 
     def finish_iteration(self) -> None:
         """Sequence-parallel and tied-embedding gradients, optimizer step, parameter all-gather."""
