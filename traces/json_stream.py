@@ -4,8 +4,10 @@ Profiler traces are one object whose ``traceEvents`` array holds millions of sma
 ``stream_object`` walks the top level of such a document and hands each element of the
 chosen array to a callback as soon as it is decoded, keeping only a window of the text;
 the other top-level members are decoded whole and returned.  The standard library's C
-decoder does the work (``JSONDecoder.raw_decode`` on each element), so no extra dependency
-is needed.  Files ending in ``.gz`` are decompressed on the fly.
+decoder does the work, so no extra dependency is needed: all the complete elements in the
+window at once where it can (``json.loads`` of the window up to its last element), else
+one element at a time (``JSONDecoder.raw_decode``), which also places any error.  Files
+ending in ``.gz`` are decompressed on the fly.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ _CHUNK = 1 << 20
 _MAX_ELEMENT = 64 << 20  # a single element larger than this is taken as corrupt
 _SPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER_TAIL = re.compile(r"[0-9.eE+-]*")
+_ELEMENT_END = re.compile(r"[ \t\n\r]*[,\]]")
 _DECODER = json.JSONDecoder()
+_BATCH_MIN = 1 << 16  # below this many characters of complete elements, decode one at a time
 
 
 def open_text(path: str) -> TextIO:
@@ -40,6 +44,7 @@ class _Window:
     def __init__(self, file: TextIO, path: str):
         self.file, self.path = file, path
         self.text, self.pos, self.eof = "", 0, False
+        self.batch_blocked_until = 0  # a batch up to here failed: decode singly past it
 
     def fail(self, problem: str) -> TraceError:
         return TraceError(problem, self.path)
@@ -54,6 +59,7 @@ class _Window:
         if not chunk:
             self.eof = True
             return False
+        self.batch_blocked_until = max(0, self.batch_blocked_until - self.pos)
         self.text = self.text[self.pos :] + chunk
         self.pos = 0
         return True
@@ -70,6 +76,31 @@ class _Window:
         if found != char:
             raise self.fail(f"malformed JSON {where}: expected {char!r}, found {found or 'end of file'!r}")
         self.pos += 1
+
+    def batch(self) -> list[Any] | None:
+        """Decode every complete element from the cursor to the window's last ``}`` that ends one.
+
+        Cutting just after a ``}`` that is followed by ``,`` or ``]`` and parsing the cut as an
+        array either fails (the ``}`` closed a nested object or sat in a string) or yields
+        exactly the elements the whole text holds there, since a prefix of valid JSON parses
+        the same way.  Returns ``None`` (cursor unmoved) when that does not give a batch.
+        """
+        end = len(self.text)
+        for _ in range(4):
+            end = self.text.rfind("}", self.pos, end)
+            if end - self.pos < _BATCH_MIN:
+                return None
+            if _ELEMENT_END.match(self.text, end + 1):
+                break
+        else:
+            return None
+        try:
+            items = json.loads(f"[{self.text[self.pos : end + 1]}]")
+        except (json.JSONDecodeError, RecursionError):
+            self.batch_blocked_until = end + 1
+            return None
+        self.pos = end + 1
+        return items
 
     def value(self, where: str) -> Any:
         self.peek()
@@ -144,8 +175,14 @@ def _stream_array(window: _Window, key: str, on_item: Callable[[Any], None]) -> 
         return
     index = 0
     while True:
-        on_item(window.value(f"in {key}[{index}]"))
-        index += 1
+        items = window.batch() if window.pos >= window.batch_blocked_until else None
+        if items is None:
+            on_item(window.value(f"in {key}[{index}]"))
+            index += 1
+        else:
+            for item in items:
+                on_item(item)
+            index += len(items)
         separator = window.peek()
         window.pos += 1
         if separator == "]":

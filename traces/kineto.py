@@ -82,6 +82,7 @@ _NOT_COLLECTIVES = {"wait", "init", "coalesced", "gather", "scatter", ""}
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _GPU_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
+_READ = _GPU_WORK | {"cuda_runtime", "cpu_op", "user_annotation"}  # the event categories the import uses
 
 
 def collective_op(name: str) -> Op | None:
@@ -124,8 +125,8 @@ class _RankFile:
     steps: list[tuple[float, int]] = field(default_factory=list)
 
     def take(self, event: Any) -> None:
-        if not isinstance(event, dict) or not isinstance(event.get("name"), str):
-            return
+        if not isinstance(event, dict) or event.get("cat") not in _READ or not isinstance(event.get("name"), str):
+            return  # most events (flows, instant events, Python functions) are not read: drop them first
         cat, name, args, tid = event.get("cat"), event["name"], event.get("args") or {}, event.get("tid")
         if not isinstance(cat, str) or not isinstance(args, dict):
             return

@@ -33,6 +33,7 @@ from traces.generate.buckets import Bucket, GradUnit, assign_buckets
 from traces.generate.events import RankEvents
 from traces.generate.model import Transformer
 from traces.generate.plan import Layout, Plan, Recompute, Schedule
+from traces.generate.workload import WorkloadError
 from traces.task import DTYPE_BYTES, Op
 
 __all__ = ["TransformerRank", "pipeline_order"]
@@ -87,7 +88,7 @@ class TransformerRank:
         self._sp = plan.sequence_parallel and plan.tp > 1
         stages = plan.stage_layers(m.layers)
         if stages is None:
-            raise ValueError(f"plan cannot split {m.layers} layers into {plan.pp} stages")
+            raise WorkloadError(f"plan cannot split {m.layers} layers into {plan.pp} stages")
         self.layers = stages[self.at.pp]
         self.vocab = plan.padded_vocab(m.vocab)
         self.db = DTYPE_BYTES[m.dtype]
@@ -228,7 +229,7 @@ class TransformerRank:
             gathered = None
         return prev
 
-    def forward(self, micro_batch: int) -> None:
+    def forward(self) -> None:
         out, m = self.out, self.model
         T, h = self.tokens, m.hidden
         if self.first:
@@ -262,7 +263,7 @@ class TransformerRank:
     def _output_mem(self) -> int:
         return self._matmul_mem(self.model.hidden, self.vocab // self.plan.tp)
 
-    def backward(self, micro_batch: int, last_micro_batch: bool) -> None:
+    def backward(self, last_micro_batch: bool) -> None:
         out, m = self.out, self.model
         self.reduce_now = self.plan.zero >= 2 or last_micro_batch
         if self.reduce_now:
@@ -360,8 +361,8 @@ class TransformerRank:
             self.out.iteration = iteration
             for kind, micro_batch in pipeline_order(plan.schedule, plan.pp, self.at.pp, plan.micro_batches):
                 if kind == "F":
-                    self.forward(micro_batch)
+                    self.forward()
                 else:
-                    self.backward(micro_batch, micro_batch == plan.micro_batches - 1)
+                    self.backward(micro_batch == plan.micro_batches - 1)
             self.finish_iteration()
         return self.out
