@@ -15,8 +15,12 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
+from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us
 from twin.model.protocols import ROOT_COMPLEX_P2P_EFFICIENCY, hop_latency_us, store_efficiency
 from twin.topology import Hop
+
+MULTINODE_LL_INTRA_FACTOR = 1.8
+"""NCCL 2.8.4 ``src/graph/tuning.cc``: intra-node LL latency × 1.8 when the communicator spans nodes."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,10 @@ class Flow:
     hops: tuple
     via_cpu: bool = False
     """GPU-to-GPU traffic that a CPU root complex forwards (no PCIe switch between the ends)."""
+    gdr_send: bool = True
+    """Between nodes: the sending NIC reads the GPU's memory directly (no CPU on the way)."""
+    gdr_recv: bool = True
+    """Between nodes: the receiving NIC writes the GPU's memory directly."""
 
     @cached_property
     def kind(self) -> str:
@@ -38,10 +46,14 @@ class Flow:
                 return kind
         return "local"
 
-    def latency_us(self, proto: Proto) -> float:
-        """One step: the protocol's synchronisation on this kind of link plus fabric switch hops."""
+    def latency_us(self, proto: Proto, cpu_vendor: str = "intel") -> float:
+        """One step: the protocol's synchronisation on this kind of link; between nodes the
+        proxy path (``netpath``) plus the fabric's switches and cables."""
+        if self.kind != "net":
+            return hop_latency_us(proto, self.kind)
         fabric = sum(h.lat_us for h in self.hops if h.kind == "net")
-        return hop_latency_us(proto, self.kind) + (fabric if self.kind == "net" else 0.0)
+        return net_step_latency_us(proto, fabric_us=fabric, cpu_vendor=cpu_vendor, gdr_send=self.gdr_send,
+                                   gdr_recv=self.gdr_recv)
 
 
 @dataclass(frozen=True)
@@ -64,10 +76,10 @@ class ChannelShare:
     links: tuple[LinkUse, ...]
 
 
-def _share(flows: list[Flow], proto: Proto) -> ChannelShare:
+def _share(flows: list[Flow], proto: Proto, step_us: float) -> ChannelShare:
+    """``flows`` of every channel; ``step_us``: the latency of one step."""
     raw: dict[tuple[str, str], float] = {}
     capacity: dict[tuple[str, str], float] = {}
-    step = 0.0
     for f in flows:
         for h in f.hops:
             # NIC transfers are large RDMA writes whatever the protocol's store size.
@@ -76,10 +88,23 @@ def _share(flows: list[Flow], proto: Proto) -> ChannelShare:
                 eff *= ROOT_COMPLEX_P2P_EFFICIENCY
             raw[(h.src, h.dst)] = raw.get((h.src, h.dst), 0.0) + 1.0 / eff
             capacity[(h.src, h.dst)] = h.bw
-        step = max(step, f.latency_us(proto))
     links = tuple(LinkUse(k, v, capacity[k]) for k, v in raw.items())
     gbps = min((u.capacity / u.raw_per_payload for u in links), default=math.inf)
-    return ChannelShare(gbps=gbps, step_us=step, links=links)
+    return ChannelShare(gbps=gbps, step_us=step_us, links=links)
+
+
+def busiest_proxy_us(flows: list[Flow], proto: Proto, cpu_vendor: str) -> float:
+    """CPU time the busiest proxy thread spends on one step of every flow in ``flows``.
+
+    One thread per GPU posts every network step that GPU sends, and for Simple also reaps and
+    flushes every step it receives (``netpath.PROXY_ACTIONS``).
+    """
+    actions: dict[str, int] = {}
+    for f in flows:
+        if f.kind == "net":
+            actions[f.src] = actions.get(f.src, 0) + 1
+            actions[f.dst] = actions.get(f.dst, 0) + PROXY_ACTIONS[proto] - 1
+    return max(actions.values(), default=0) * proxy_action_us(cpu_vendor)
 
 
 class CommGeometry:
@@ -128,8 +153,14 @@ class CommGeometry:
         """``src`` to ``dst``; between nodes, on NIC ``rail`` of both hosts when given."""
         hops = self._route(src, dst, rail)
         graph = self.cluster.graph
-        via_cpu = any(graph.nodes[h.dst]["kind"] == "cpu" for h in hops[:-1]) and all(h.kind != "net" for h in hops)
-        return Flow(src, dst, hops, via_cpu)
+        through_cpu = [graph.nodes[h.dst]["kind"] == "cpu" for h in hops[:-1]]
+        net = [h.kind == "net" for h in hops]
+        if not any(net):
+            return Flow(src, dst, hops, any(through_cpu))
+        first, last = net.index(True), len(net) - 1 - net[::-1].index(True)
+        # GPUDirect RDMA needs the NIC within PCIe switches of the GPU (NCCL_NET_GDR_LEVEL=PXB).
+        return Flow(src, dst, hops, gdr_send=not any(through_cpu[:first]),
+                    gdr_recv=not any(through_cpu[last + 1:]))
 
     def rail(self, channel: int) -> int | None:
         """The NIC index channel ``channel`` uses on every node (None on one node)."""
@@ -210,8 +241,14 @@ class CommGeometry:
         g = self.cluster.graph
         return self.nnodes > 1 and any(d.get("kind") == "switch" and d.get("sharp") for _, d in g.nodes(data=True))
 
+    @property
+    def cpu_vendor(self) -> str:
+        return self.cluster.cpu_vendor
+
     def share_of_flows(self, flows: list[Flow], proto: Proto) -> ChannelShare:
-        return _share(flows, proto)
+        """Flows that each take one hop (point to point): the step costs the slowest one's latency."""
+        path = max((f.latency_us(proto, self.cpu_vendor) for f in flows), default=0.0)
+        return _share(flows, proto, max(path, busiest_proxy_us(flows, proto, self.cpu_vendor)))
 
     def share(self, pattern: str, nchannels: int, proto: Proto) -> ChannelShare:
         """The per-channel rate and step latency of ``pattern`` run on ``nchannels`` channels."""
@@ -219,5 +256,45 @@ class CommGeometry:
         if key not in self._shares:
             builder = {"ring": self.ring_flows, "tree": self.tree_flows, "chain": self.chain_flows,
                        "nvls": self.nvls_flows}[pattern]
-            self._shares[key] = _share([f for c in range(nchannels) for f in builder(c)], proto)
+            flows = [f for c in range(nchannels) for f in builder(c)]
+            step = self.path_latency_us(pattern, proto)
+            if pattern == "ring":
+                # Every step of a ring crosses the network somewhere at once, so no step ends
+                # before the busiest proxy thread has done its part ("inter-node rings still have
+                # to launch nsteps * net overhead", NCCL tuning.cc).  Pipelines pay the proxy only
+                # on their network hops, inside those hops' latency.
+                step = max(step, busiest_proxy_us(flows, proto, self.cpu_vendor))
+            self._shares[key] = _share(flows, proto, step)
         return self._shares[key]
+
+    def hop_latency_us(self, flow: Flow, proto: Proto) -> float:
+        """One step over ``flow``.  Inside a node of a communicator that spans nodes, an LL step
+        costs 1.8 times its single-node latency: NVIDIA's measurement, carried in NCCL 2.8's
+        tuning model (``if (nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8``); its cause is
+        not modelled here."""
+        lat = flow.latency_us(proto, self.cpu_vendor)
+        if proto is Proto.LL and self.nnodes > 1 and flow.kind != "net":
+            lat *= MULTINODE_LL_INTRA_FACTOR
+        return lat
+
+    def path_latency_us(self, pattern: str, proto: Proto) -> float:
+        """Mean latency of the hops a piece of data crosses, one after another, in ``pattern``.
+
+        A step waits only for the hop its data just crossed, so an NVLink hop costs an NVLink
+        latency even when the same ring also crosses the network: a ring's data goes round every
+        edge of the ring; a tree's data climbs the chain inside a node (``ppn - 1`` hops) and
+        ``ceil(log2(nodes))`` network hops, then comes back down; NVLS goes to the switch and back.
+        """
+        def mean(flows: list[Flow]) -> float:
+            return sum(self.hop_latency_us(f, proto) for f in flows) / len(flows) if flows else 0.0
+
+        if pattern in ("ring", "chain"):
+            return mean(self.ring_flows(0) if pattern == "ring" else self.chain_flows(0))
+        levels = math.ceil(math.log2(self.nnodes)) if self.nnodes > 1 else 0
+        inter = [f for f in self.tree_flows(0) if f.kind == "net"]
+        if pattern == "tree":
+            intra = [f for f in self.tree_flows(0) if f.kind != "net"]
+            hops = (self.ppn - 1) + levels
+            return ((self.ppn - 1) * mean(intra) + levels * mean(inter)) / max(hops, 1)
+        switch = [f for f in self.nvls_flows(0) if f.kind != "net"]
+        return (2 * mean(switch) + 2 * levels * mean(inter)) / (2 + 2 * levels)

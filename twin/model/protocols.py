@@ -10,15 +10,17 @@ What the twin adds is the physics those tables summarise:
 * A store of ``s`` bytes crosses an NVLink or PCIe link as a packet with a header, so small
   stores waste bandwidth: efficiency ``s / (s + header)`` (a PCIe TLP costs about 24 bytes of
   header and framing).
-* A channel is one CTA: its copy rate grows with threads (more loads in flight) and saturates
-  at what one SM can move.  Polling flags costs LL and LL128 part of that rate.
+* A channel is one CTA, and what limits a CTA is the memory operations it issues: every byte
+  it loads or stores, local or remote.  That rate grows with threads (more loads in flight)
+  and saturates at what one SM can move (a fixed share of the GPU's memory bandwidth);
+  polling flags costs LL and LL128 part of it.  How
+  many operations a payload byte costs depends on the algorithm's primitives (a plain send
+  loads once and stores once; a reduce loads twice), see ``memory_ops_per_byte``.
 * Every link kind delivers a fraction of its raw rate to bulk payload (flow control, CRC,
   encoding): ``LINK_EFFICIENCY``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from tuner.config import Proto
 
@@ -54,11 +56,18 @@ LAUNCH_US = {Proto.LL: 6.0, Proto.LL128: 7.5, Proto.SIMPLE: 7.5}
 EXTRA_GPU_LAUNCH_US = 2.3
 """Each further GPU launched from the same host thread (nccl-tests ``-g N``) adds one launch."""
 
-PROTO_COPY_FACTOR = {Proto.LL: 0.25, Proto.LL128: 0.75, Proto.SIMPLE: 1.0}
-"""Share of a CTA's copy rate left after polling flags.  LL spins on a flag for every 8 bytes
-and its FIFO holds only 8 × 4 KiB lines per thread block, so one channel carries ~5 GB/s on
-Ampere and ~8 GB/s on Hopper; LL128 polls once per
-120-byte line and keeps ~20 GB/s per channel on Ampere (NCCL's perChMaxRingLL128Bw)."""
+PROTO_COPY_FACTOR = {Proto.LL128: 0.75, Proto.SIMPLE: 1.0}
+"""A channel's payload rate with LL128 as a share of Simple's: 120 data bytes per 128-byte line,
+each warp synchronised on its flag thread.  Measured on H200 (NCCL 2.28.9, 2-rank ring, 1-16
+channels, ``benchmarks/nccl_channels.py``): 0.74-0.83 of Simple for AllReduce, AllGather and
+ReduceScatter."""
+
+LL_PASS_US = 0.77
+"""One pass of an LL CTA: every thread polls one 16-byte line (8 data bytes) until its flag is
+valid, then reduces and forwards it, and cannot start its next line before that load returns,
+so a channel moves ``nthreads × 8`` bytes per memory round trip whatever the primitive.  Measured
+on H200 (NCCL 2.28.9, 512 threads): 5.3 GB/s per channel sent by a 2-rank ring AllReduce
+(4.1-4.3 for AllGather and ReduceScatter)."""
 
 UNORDERED_LINK_PENALTY = {("pcie", Proto.LL128): 0.55}
 """LL128 trusts 128-byte stores to land whole, which NVLink guarantees and PCIe does not: a line
@@ -71,27 +80,16 @@ nvidia-smi's NODE/SYS) move at about this share of the link rate: the host bridg
 traffic to memory, not between its ports."""
 
 THREADS_AT_HALF_RATE = 160
-"""Threads at which a CTA reaches half its peak copy rate (memory parallelism saturates)."""
-
-REDUCE_COPY_FACTOR = 0.85
-"""A step that reduces (load, add, store) moves data slower than a plain forward."""
+"""Threads at which a CTA reaches half its peak rate (memory parallelism saturates)."""
 
 
-@dataclass(frozen=True)
-class ArchPhysics:
-    """Per-GPU-generation constants of the copy engine that is one channel's CTA."""
-
-    cta_peak_gbps: float
-    """Payload one CTA moves per second with unlimited threads, GB/s."""
-
-
-ARCH_PHYSICS = {
-    "volta": ArchPhysics(cta_peak_gbps=18.0),
-    "ampere": ArchPhysics(cta_peak_gbps=26.0),
-    "ada": ArchPhysics(cta_peak_gbps=26.0),
-    "hopper": ArchPhysics(cta_peak_gbps=42.0),
-    "blackwell": ArchPhysics(cta_peak_gbps=70.0),
-}
+CTA_HBM_SHARE = 0.0215
+"""Bytes one CTA loads plus stores per second with unlimited threads, as a share of its GPU's
+memory bandwidth.  Two measurements agree on it: 24 A100 channels of a ring AllReduce sustain
+about 595 GB/s of loads plus stores whether the ring has 2, 4 or 8 ranks (vTrain and Azure
+ND A100 v4 nccl-tests: busbw × operations per byte = 206×3, 222×2.67, 231×2.57; 0.0209 of
+1,555 GB/s at unlimited threads), and one channel of a 2-rank ring on H200 (NCCL 2.28.9,
+``benchmarks/nccl_channels.py``) sends 20.9 GB/s at 4 operations per byte (0.0225 of 4,800)."""
 
 
 def store_efficiency(proto: Proto, link_kind: str, *, dma: bool = False) -> float:
@@ -110,8 +108,11 @@ def hop_latency_us(proto: Proto, link_kind: str) -> float:
     return HOP_LATENCY_US[link_kind][proto.nccl_index]
 
 
-def cta_copy_gbps(arch: str, proto: Proto, nthreads, *, reduces: bool = False):
-    """Payload rate of one channel's CTA with ``nthreads`` threads (scalar or numpy array)."""
-    peak = ARCH_PHYSICS[arch].cta_peak_gbps * PROTO_COPY_FACTOR[proto]
-    rate = peak * nthreads / (nthreads + THREADS_AT_HALF_RATE)
-    return rate * REDUCE_COPY_FACTOR if reduces else rate
+def cta_copy_gbps(hbm_gbps: float, proto: Proto, nthreads, ops_per_byte: float = 2.0):
+    """Payload rate of one channel's CTA with ``nthreads`` threads (scalar or numpy array) on a
+    GPU with ``hbm_gbps`` of memory bandwidth, when each payload byte costs ``ops_per_byte``
+    bytes of loads and stores (2 for a plain copy).  LL is bound by its polls instead."""
+    if proto is Proto.LL:
+        return nthreads * 8 / (LL_PASS_US * 1e3)
+    peak = CTA_HBM_SHARE * hbm_gbps * PROTO_COPY_FACTOR[proto] / ops_per_byte
+    return peak * nthreads / (nthreads + THREADS_AT_HALF_RATE)

@@ -26,8 +26,9 @@ from tuner.config import Algo, Config, Proto
 from twin.model.geometry import CommGeometry, LinkUse
 from twin.model.protocols import EXTRA_GPU_LAUNCH_US, LAUNCH_US, cta_copy_gbps
 
-LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
-"""LL/LL128 cut-through grain: what one warp writes before the receiver can act on it."""
+LL_UNIT_BYTES = {Proto.LL: 0, Proto.LL128: 120 * 32}
+"""LL/LL128 cut-through grain beyond the hop latency: LL's hop latency already is one pass of
+polled lines (``LL_PASS_US``); LL128 forwards what one warp wrote."""
 
 ALGORITHMS_FOR_OP = {
     Op.ALLREDUCE: (Algo.RING, Algo.TREE, Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN),
@@ -63,6 +64,8 @@ class Schedule:
     """What the channel's CTA can copy, whatever the links offer."""
     links: tuple = ()
     """``LinkUse`` of every directed link the collective's channels load."""
+    one_way: bool = False
+    """The data flows one way down a chain (Broadcast, Reduce): back-to-back calls overlap."""
 
     @property
     def n_steps(self):
@@ -72,6 +75,20 @@ class Schedule:
     def latency_us(self, gbps):
         """The part of a step that does not overlap the transfer: hop latency plus one grain."""
         return self.step_us + self.unit_bytes / (gbps * 1e3)
+
+    def back_to_back_us(self):
+        """Time between calls issued back to back (as nccl-tests times them), uncontended.
+
+        A pipeline's data flows one way (Broadcast, Reduce down a chain), so the next call's first
+        chunk enters while the last chunks of this one are still travelling: the calls overlap and
+        follow each other at the pace of the busiest rank, its launch plus one step per chunk.
+        Rounds (Ring AllReduce/AllGather/ReduceScatter) and the tree's up-then-down pass end where
+        the next call starts, so there nothing overlaps.
+        """
+        if not self.one_way:
+            return self.time_us()
+        step = np.maximum(self.step_bytes / (self.gbps * 1e3), self.latency_us(self.gbps))
+        return self.launch_us + self.loops * step
 
     def time_us(self):
         """Closed form: the time the engines agree on for an uncontended run.
@@ -117,8 +134,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                  *, gpus_per_process: int = 1) -> Schedule:
     """``build_schedule`` without the support check, with ``nthreads``/``chunk`` scalars or arrays."""
     n = geom.nranks
-    reduces = op in (Op.ALLREDUCE, Op.REDUCESCATTER, Op.REDUCE)
-    copy = cta_copy_gbps(geom.arch, proto, nthreads, reduces=reduces)
+    # One process driving every GPU of the node lets NCCL write straight into peers' buffers.
+    direct = geom.nnodes == 1 and gpus_per_process >= geom.ppn
+    copy = cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, memory_ops_per_byte(op, algo, n, direct))
     launch = LAUNCH_US[proto] + EXTRA_GPU_LAUNCH_US * (gpus_per_process - 1)
     per_channel = nbytes / nch
     unit = LL_UNIT_BYTES.get(proto, chunk / 2)
@@ -127,10 +145,15 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                extra_launch: float = 0.0) -> Schedule:
         share = geom.share(pattern, nch, proto)
         gbps = np.minimum(share.gbps * rate_scale, copy)
-        loops = np.maximum(1, np.ceil(per_channel / (loop_bytes_per_chunk * chunk)))
+        grain = chunk
+        if shape == "pipeline":
+            # A rank forwards a chunk's first grain while the rest still arrives, so the pipeline
+            # fills in steps of one grain plus the hop latency, not of whole chunks.
+            grain = np.minimum(chunk, unit + gbps * 1e3 * share.step_us)
+        loops = np.maximum(1, np.ceil(per_channel / (loop_bytes_per_chunk * grain)))
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
         return Schedule(shape, steps, loops, step_bytes, np.minimum(unit, step_bytes), gbps, share.step_us,
-                        launch + extra_launch, copy, scaled_links(share.links, rate_scale))
+                        launch + extra_launch, copy, scaled_links(share.links, rate_scale), pattern == "chain")
 
     if op in (Op.SENDRECV, Op.ALLTOALL):
         flows = [geom.flow(geom.ranks[0], geom.ranks[1])] if op is Op.SENDRECV else geom.pair_flows()
@@ -162,6 +185,38 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
     steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
     return shaped("pipeline", "tree", steps, 1)
+
+
+def memory_ops_per_byte(op: Op, algo: Algo, nranks: int, direct: bool = False) -> float:
+    """Bytes the busiest CTA loads and stores per payload byte it sends, from NCCL's primitives.
+
+    Each primitive (``all_reduce.h``, ``all_gather.h``, ``reduce_scatter.h``) loads its inputs
+    and stores its outputs: a send loads and stores once; a receive-reduce-send loads the
+    received data and the own input and stores once; a receive-reduce-copy-send also stores the
+    result locally; a receive-copy-send loads the received data and stores it locally and to the
+    next rank; a final receive copies the data out of the receive buffer.  With ``direct``
+    (peers in one process: NCCL's direct pointers) the sender writes straight into the
+    receiver's output, so a receive-copy-send saves its local store and the final receive is
+    free.  Ring AllReduce then costs ``(6n-4)/(2n-2)`` per byte sent, ``(5n-4)/(2n-2)`` direct:
+    a 2-rank ring pays 4 (3), a large one 3 (2.5).  AllGather ``(3n-1)/(n-1)`` (``(2n-1)/(n-1)``
+    direct), ReduceScatter ``(3n-1)/(n-1)``.  Tree AllReduce: a middle rank reduces (3) and
+    forwards (3, 2 direct) every byte; with two ranks the root's receive-reduce-copy-send (4) is
+    the busiest.  Broadcast and Reduce: 3 at their busiest rank; NVLS and
+    point-to-point: a load and a store.
+    """
+    n = max(nranks, 2)
+    if algo in (Algo.RING, Algo.PAT) and op is Op.ALLREDUCE:
+        return ((5 if direct else 6) * n - 4) / (2 * n - 2)
+    if algo in (Algo.RING, Algo.PAT) and op is Op.ALLGATHER:
+        return ((2 if direct else 3) * n - 1) / (n - 1)
+    if algo in (Algo.RING, Algo.PAT) and op is Op.REDUCESCATTER:
+        return (3 * n - 1) / (n - 1)
+    if algo in (Algo.TREE, Algo.COLLNET_CHAIN) and op is Op.ALLREDUCE:
+        # Two ranks have no middle: the root receives, reduces, keeps and sends back (4).
+        return 4.0 if n == 2 else (5.0 if direct else 6.0)
+    if op in (Op.BROADCAST, Op.REDUCE):
+        return 3.0
+    return 2.0
 
 
 def scaled_links(links: tuple, rate_scale: float) -> tuple:

@@ -1,0 +1,149 @@
+"""The physical mechanisms of the twin's model: network steps, paths, channels' CTAs, back-to-back calls."""
+
+from itertools import pairwise
+
+import pytest
+
+from traces.task import Op
+from tuner.config import Algo, Config, Proto, Transport
+from twin.model.geometry import CommGeometry
+from twin.model.netpath import net_step_latency_us, proxy_overhead_us
+from twin.model.protocols import cta_copy_gbps, hop_latency_us
+from twin.model.schedule import build_schedule, memory_ops_per_byte
+from twin.predict import Twin
+from twin.topology import load_cluster
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def a100_nodes():
+    return {n: CommGeometry(load_cluster("dgx-a100", nodes=n)) for n in (1, 2, 4, 8)}
+
+
+def small_tree_us(geom: CommGeometry) -> float:
+    config = Config(Algo.TREE, Proto.LL, Transport.P2P, 1, 640, 32768)
+    return float(build_schedule(geom, Op.ALLREDUCE, 1024, config).time_us())
+
+
+def test_network_step_costs_the_proxy_path_not_just_the_fabric():
+    for proto in Proto:
+        step = net_step_latency_us(proto, fabric_us=1.0, cpu_vendor="intel")
+        assert step > 1.0 + proxy_overhead_us(proto, "intel")  # more than cables and the post
+        assert step > 3 * hop_latency_us(proto, "nvlink")
+    simple, ll = (net_step_latency_us(p, fabric_us=1.0, cpu_vendor="intel") for p in (Proto.SIMPLE, Proto.LL))
+    assert simple > ll  # Simple's receiver must reap, flush and write the tail first
+    for proto in Proto:
+        intel = net_step_latency_us(proto, fabric_us=1.0, cpu_vendor="intel")
+        assert net_step_latency_us(proto, fabric_us=1.0, cpu_vendor="amd") > intel
+        assert net_step_latency_us(proto, fabric_us=2.0, cpu_vendor="intel") == pytest.approx(intel + 1.0)
+
+
+def test_staging_through_host_memory_slows_the_receiving_kernel():
+    gdr = net_step_latency_us(Proto.LL128, fabric_us=1.0, cpu_vendor="intel")
+    staged = net_step_latency_us(Proto.LL128, fabric_us=1.0, cpu_vendor="intel", gdr_send=False, gdr_recv=False)
+    assert staged > gdr
+
+
+def test_nics_behind_the_cpu_lose_gpudirect(a100_nodes):
+    geom = a100_nodes[2]
+    flow = geom.ring_flows(0)[7]  # the hop that leaves node 0
+    assert flow.kind == "net" and flow.gdr_send and flow.gdr_recv
+    farmshare = load_cluster("benchmarks/clusters/farmshare-l40s.yaml", nodes=2)
+    staged = CommGeometry(farmshare, transport=Transport.P2P).ring_flows(0)
+    net = [f for f in staged if f.kind == "net"]
+    assert net and not any(f.gdr_send and f.gdr_recv for f in net)
+
+
+def test_small_message_latency_grows_with_network_levels(a100_nodes):
+    times = [small_tree_us(a100_nodes[n]) for n in (1, 2, 4, 8)]
+    assert times == sorted(times) and len(set(times)) == 4
+    # Each extra tree level adds two network hops (up and down), a few µs each, not a whole
+    # ring's worth of network latency on every NVLink hop.
+    added = [b - a for a, b in pairwise(times[1:])]
+    for step in added:
+        assert 2 * net_step_latency_us(Proto.LL, fabric_us=1.0, cpu_vendor="intel") <= step < 30
+
+
+def test_nvlink_hops_of_a_multinode_ring_do_not_pay_the_network_latency(a100_nodes):
+    geom = a100_nodes[2]
+    net = max(geom.hop_latency_us(f, Proto.LL) for f in geom.ring_flows(0))
+    assert geom.path_latency_us("ring", Proto.LL) < net / 2
+
+
+def test_every_step_of_a_multinode_ring_waits_for_the_proxy(a100_nodes):
+    geom = a100_nodes[2]
+    share = geom.share("ring", 16, Proto.SIMPLE)
+    # Each GPU's proxy posts two channels' sends and reaps/flushes two channels' receives per step.
+    assert share.step_us >= 6 * proxy_overhead_us(Proto.SIMPLE, geom.cpu_vendor) / 3
+    assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).step_us < share.step_us
+
+
+def test_two_rank_ring_peak_is_below_the_n_rank_ring_peak():
+    cluster = load_cluster("dgx-a100")
+    busbw = {}
+    for n in (2, 4, 8):
+        twin = Twin(cluster, n)
+        config = Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 24, 544, 1 << 21)
+        busbw[n] = twin.predict(Op.ALLREDUCE, 1 << 30, **vars_of(config)).busbw_gbps
+    assert busbw[2] < busbw[4] <= busbw[8]
+
+
+def vars_of(config: Config) -> dict:
+    return dict(algo=config.algo, proto=config.proto, transport=config.transport, nchannels=config.nchannels,
+                nthreads=config.nthreads, chunk_bytes=config.chunk_bytes)
+
+
+def test_memory_operations_per_byte_follow_the_primitives():
+    ring = [memory_ops_per_byte(Op.ALLREDUCE, Algo.RING, n) for n in (2, 4, 8, 64)]
+    assert ring == sorted(ring, reverse=True) and ring[0] == 4 and ring[-1] == pytest.approx(3, abs=0.05)
+    for n in (2, 8):
+        assert memory_ops_per_byte(Op.ALLREDUCE, Algo.RING, n, direct=True) < memory_ops_per_byte(
+            Op.ALLREDUCE, Algo.RING, n)
+        assert memory_ops_per_byte(Op.ALLGATHER, Algo.RING, n, direct=True) < memory_ops_per_byte(
+            Op.ALLGATHER, Algo.RING, n)
+    assert memory_ops_per_byte(Op.ALLREDUCE, Algo.TREE, 16) > memory_ops_per_byte(Op.ALLREDUCE, Algo.RING, 16)
+
+
+def test_a_cta_moves_less_payload_when_each_byte_costs_more_operations():
+    fast, slow = (cta_copy_gbps(1555, Proto.SIMPLE, 544, ops) for ops in (2.5, 4.0))
+    assert slow < fast
+    assert cta_copy_gbps(4800, Proto.SIMPLE, 544, 3) > cta_copy_gbps(1555, Proto.SIMPLE, 544, 3)
+    assert cta_copy_gbps(1555, Proto.SIMPLE, 544) > cta_copy_gbps(1555, Proto.SIMPLE, 128)
+    # LL is bound by its polls: rate grows with threads, whatever the primitive costs.
+    assert cta_copy_gbps(1555, Proto.LL, 512, 4) == pytest.approx(2 * cta_copy_gbps(1555, Proto.LL, 256, 2))
+
+
+def test_one_process_per_gpu_moves_less_than_one_process_driving_all():
+    cluster = load_cluster("dgx-a100")
+    per_gpu = Twin(cluster, 2).predict(Op.ALLREDUCE, 1 << 30).busbw_gbps
+    one_process = Twin(cluster, 2, gpus_per_process=2).predict(Op.ALLREDUCE, 1 << 30).busbw_gbps
+    assert per_gpu < one_process
+
+
+def test_multinode_ring_is_bound_by_its_channels_before_its_nics():
+    twin = Twin(load_cluster("dgx-a100", nodes=2))
+    kw = dict(algo=Algo.RING, proto=Proto.SIMPLE, nthreads=544, chunk_bytes=1 << 21)
+    busbw = {nc: twin.predict(Op.ALLREDUCE, 1 << 31, nchannels=nc, **kw).busbw_gbps for nc in (8, 16, 32, 64)}
+    nic_limit = 8 * 200 / 8  # 8 × 200 Gb/s per node
+    assert busbw[8] < busbw[16] < busbw[32] <= nic_limit
+    assert busbw[64] == pytest.approx(busbw[32], rel=0.05)  # the NICs, not the CTAs, now
+
+
+def test_pipelines_forward_grains_not_whole_chunks(a100_nodes):
+    geom = a100_nodes[2]
+    config = Config(Algo.TREE, Proto.LL128, Transport.P2P, 16, 640, 71040)
+    s = build_schedule(geom, Op.ALLREDUCE, 8 * MIB, config)
+    per_channel = 8 * MIB / 16
+    store_and_forward = (s.steps + per_channel / 71040 - 1) * 71040 / (float(s.gbps) * 1e3)
+    assert float(s.time_us()) < 0.6 * store_and_forward
+    assert float(s.time_us()) > per_channel / (float(s.gbps) * 1e3)
+
+
+def test_back_to_back_broadcasts_overlap_but_allreduces_do_not(a100_nodes):
+    geom = a100_nodes[2]
+    config = Config(Algo.RING, Proto.LL, Transport.P2P, 1, 512, 32768)
+    bcast = build_schedule(geom, Op.BROADCAST, 4096, config)
+    assert float(bcast.back_to_back_us()) < 0.5 * float(bcast.time_us())
+    allreduce = build_schedule(geom, Op.ALLREDUCE, 4096, config)
+    assert float(allreduce.back_to_back_us()) == float(allreduce.time_us())

@@ -1,0 +1,99 @@
+"""What one step over the network costs: the proxy path from one GPU's buffer to another's.
+
+Picture one LL step from GPU A on node 1 to GPU B on node 2.  A's kernel stores the step's
+lines into a buffer in host memory; A's proxy thread, polling that buffer, sees the flags
+complete and posts an RDMA write; the NIC reads the data over PCIe and sends it; B's NIC
+writes it into B's receive buffer; B's kernel, polling that buffer, sees the flags and goes
+on.  Nothing of this happens on NVLink, which is why a network hop costs several µs where an
+NVLink hop costs well under one.
+
+Where the buffers live, and who must act per step, come from NCCL's ``src/transport/net.cc``
+(2.28): the LL send buffer is always in host memory; every other buffer (LL receive, LL128,
+Simple) is in GPU memory when GPUDirect RDMA is on, in host memory otherwise.  NCCL's IB
+transport posts the data as a plain ``RDMA_WRITE_WITH_IMM`` from that buffer (``net_ib.cc``:
+no inline data), so the NIC must read the payload across PCIe before sending.  The sender's
+proxy posts one
+network send per step; for Simple the receiver's proxy must also see the completion and flush
+the GPU-bound data (an RDMA read when GPUDirect is on) before it tells the GPU through its
+tail counter, so a Simple step takes three proxy actions where LL and LL128 take one (the
+receiving kernel polls their in-line flags itself).  NCCL's own model charges exactly that:
+``netOverhead`` per step, tripled for Simple (``src/graph/tuning.cc``).
+
+GPUDirect RDMA is on, as in NCCL's ``ncclTopoCheckGdr`` with the default
+``NCCL_NET_GDR_LEVEL=PXB``, when the GPU reaches its NIC through PCIe switches only; through a
+CPU's root complex the data is staged in host memory.
+
+Component times come from public measurements, not from the nccl-tests files:
+
+* PCIe read round trip, device to host memory and back: about 1 µs (Neugebauer et al.,
+  "Understanding PCIe performance for end host networking", SIGCOMM 2018: 0.5-1 µs for small
+  DMA reads on Xeon hosts); a posted write is visible after about half of that.
+* NIC to NIC, small RDMA write: about 1.1 µs (``ib_write_lat`` of perftest on ConnectX-6 HDR
+  back to back, which sends small messages inline, so without the payload read NCCL needs);
+  switches and cables come on top, from the fabric description.
+* Proxy per-step CPU cost: NCCL's ``getNetOverhead`` (1 µs on Intel, 2 µs on AMD x86), plus
+  the wait until the progress loop comes round: an idle loop yields the CPU (``sched_yield``,
+  ``src/proxy.cc``) once per pass, a system call of about a µs, so half a pass on average.
+"""
+
+from __future__ import annotations
+
+from tuner.config import Proto
+
+PCIE_READ_RTT_US = 1.0
+"""A small DMA read across PCIe and its completion back (device → host memory → device)."""
+
+PCIE_WRITE_US = 0.5
+"""A posted PCIe write until the other side can see it: half a read round trip."""
+
+NIC_RDMA_WRITE_US = 1.1
+"""Small inline RDMA write NIC to NIC, no switch (perftest ``ib_write_lat``)."""
+
+PROXY_PICKUP_US = 0.5
+"""Until an idle proxy progress loop comes round to a ready step: half a pass that ends in
+``sched_yield``."""
+
+GDR_READ_EXTRA_US = 0.5
+"""The sending NIC reads GPU memory through a PCIe switch (peer to peer) instead of host memory:
+half a PCIe round trip more, the GPU's BAR being slower to answer than the memory controller."""
+
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+"""One proxy action (post a send, reap a completion, post a flush), by CPU vendor: NCCL's
+``getNetOverhead``; other CPUs take the Intel figure, as NCCL does."""
+
+PROXY_ACTIONS = {Proto.LL: 1, Proto.LL128: 1, Proto.SIMPLE: 3}
+"""Proxy actions on the critical path of one step: the send post; Simple adds the receiver's
+completion and flush (NCCL triples ``netOverhead`` for Simple)."""
+
+
+def proxy_action_us(cpu_vendor: str) -> float:
+    """CPU time of one proxy action on this vendor's CPUs."""
+    return NET_OVERHEAD_US.get(cpu_vendor, NET_OVERHEAD_US["intel"])
+
+
+def proxy_overhead_us(proto: Proto, cpu_vendor: str) -> float:
+    """CPU time the proxy threads spend on one step of one network connection."""
+    return PROXY_ACTIONS[proto] * proxy_action_us(cpu_vendor)
+
+
+def net_step_latency_us(proto: Proto, *, fabric_us: float, cpu_vendor: str, gdr_send: bool = True,
+                        gdr_recv: bool = True) -> float:
+    """Latency of one network step from the sending kernel's store to the receiving kernel's go.
+
+    ``fabric_us``: the switches and cables between the two NICs; ``gdr_send``/``gdr_recv``:
+    whether each NIC reads/writes its GPU's memory directly (GPUDirect RDMA).
+    """
+    send_in_gpu = gdr_send and proto is not Proto.LL
+    # The kernel's data (LL) or its fence and tail counter (LL128, Simple) reach the proxy.
+    signal = PCIE_WRITE_US + (0.0 if proto is Proto.LL else PCIE_WRITE_US)
+    proxy = PROXY_PICKUP_US + proxy_overhead_us(proto, cpu_vendor)
+    # The NIC reads the payload (from the GPU through the switch with GPUDirect), then sends.
+    nic = PCIE_READ_RTT_US + (GDR_READ_EXTRA_US if send_in_gpu else 0.0) + NIC_RDMA_WRITE_US + fabric_us
+    if proto is Proto.SIMPLE:
+        # The receiving proxy flushes GPU-bound data (an RDMA read) and writes the tail counter,
+        # which the kernel polls in host memory.
+        detect = PROXY_PICKUP_US + (PCIE_READ_RTT_US if gdr_recv else 0.0) + 1.5 * PCIE_READ_RTT_US
+    else:
+        # The kernel polls the flags in line with the data: in its own memory, or across PCIe.
+        detect = 0.0 if gdr_recv else 1.5 * PCIE_READ_RTT_US
+    return signal + proxy + nic + detect
