@@ -17,10 +17,12 @@ from twin.topology import load_cluster
 class TraceBuilder:
     """Hand-built traces: ``b.compute(rank, us)`` / ``b.call(rank, op, nbytes, group)`` return event ids."""
 
-    def __init__(self, world_size: int, groups: dict[str, tuple[int, ...]], metadata: dict | None = None):
+    def __init__(self, world_size: int, groups: dict[str, tuple[int, ...]], metadata: dict | None = None,
+                 gpus_per_node: int | None = None):
         self.world_size = world_size
         self.groups = groups
         self.metadata = metadata or {}
+        self.gpus_per_node = gpus_per_node
         self.events: dict[int, list] = {}
 
     def _add(self, rank: int, make) -> int:
@@ -38,9 +40,12 @@ class TraceBuilder:
         return self._add(rank, lambda i: CollectiveEvent(i, op, nbytes, group, "float32", stream, iteration,
                                                          after=tuple(after), peer=peer, duration_us=duration_us))
 
+    def _node(self, rank: int) -> str | None:
+        return None if self.gpus_per_node is None else f"node{rank // self.gpus_per_node}"
+
     def trace(self) -> Trace:
         trace = Trace(self.world_size, tuple(ProcessGroup(g, r) for g, r in self.groups.items()),
-                      tuple(RankTrace(r, tuple(e)) for r, e in sorted(self.events.items())), "test",
+                      tuple(RankTrace(r, tuple(e), self._node(r)) for r, e in sorted(self.events.items())), "test",
                       self.metadata)
         trace.validate("test trace")
         return trace
@@ -121,11 +126,11 @@ def test_a_collective_overlapped_with_compute_hides_its_time(h100):
     for rank in result.ranks:
         assert rank.exposed_comm_us == pytest.approx(0.0, abs=1e-6)
         assert t <= rank.comm_us <= t / COPY_RATE_UNDER_COMPUTE   # compute takes copy rate from it
-    # Overlap: much less than running one after the other; the kernel's SMs slow the compute a little.
-    assert 3200.0 < result.mean_iteration_us < 3200.0 + 0.25 * t
-    sms = result.tasks[0].config.nchannels
-    slowed = t * sms / h100.gpu.sm_count       # compute lost while sharing the GPU (upper bound)
-    assert result.mean_iteration_us <= 3200.0 + slowed / (1 - sms / h100.gpu.sm_count) + 1e-6
+    # Overlap: far less than one after the other.  While the kernel is resident (comm_us) it holds one SM
+    # per channel, so the phase does that share less work then and finishes that much later.
+    held = result.tasks[0].config.nchannels / h100.gpu.sm_count
+    assert result.mean_iteration_us == pytest.approx(3200.0 + result.ranks[0].comm_us * held, rel=1e-9)
+    assert result.mean_iteration_us < 3200.0 + 0.25 * t
 
 
 def test_exposed_communication_is_what_compute_does_not_cover(h100):
@@ -144,6 +149,10 @@ def test_exposed_communication_is_what_compute_does_not_cover(h100):
     assert result.exposed_share == pytest.approx(result.exposed_comm_us / result.mean_iteration_us)
 
 
+WIDE_RING = Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 24, 512, 1 << 19)
+"""Enough channels that links, not copy engines, bound a large collective."""
+
+
 def test_two_collectives_on_the_same_links_are_slower_than_one(a100x2):
     ranks = tuple(range(16))
     alone_b = TraceBuilder(16, {"a": ranks})
@@ -152,13 +161,14 @@ def test_two_collectives_on_the_same_links_are_slower_than_one(a100x2):
         alone_b.call(r, Op.ALLREDUCE, 256 << 20, "a")
         both.call(r, Op.ALLREDUCE, 256 << 20, "a", stream="s1")
         both.call(r, Op.ALLREDUCE, 256 << 20, "b", stream="s2")
-    alone = replay(alone_b.trace(), a100x2)
-    together = replay(both.trace(), a100x2)
+    configs = {task: WIDE_RING for task in both.trace().tasks()}
+    alone = replay(alone_b.trace(), a100x2, configs)
+    together = replay(both.trace(), a100x2, configs)
     assert alone.tasks[0].time_us == pytest.approx(alone.tasks[0].alone_us, rel=1e-9)
     assert sorted(t.task.group for t in together.tasks) == ["a", "b"]
     for shared in together.tasks:
-        assert 1.5 * alone.tasks[0].time_us < shared.time_us <= 2.0 * alone.tasks[0].time_us
-    assert together.mean_iteration_us > 1.5 * alone.mean_iteration_us
+        assert 1.3 * alone.tasks[0].time_us < shared.time_us <= 2.0 * alone.tasks[0].time_us
+    assert together.mean_iteration_us > 1.3 * alone.mean_iteration_us
 
 
 def test_collectives_on_different_nodes_do_not_slow_each_other(a100x2):
@@ -197,7 +207,8 @@ def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace(a100x2):
     kept = tuple(r for r in full.ranks if r.rank in (0, 8))
     partial = Trace(full.world_size, full.groups, kept, "test", full.metadata)
     partial.validate("partial")
-    whole, some = replay(full, a100x2), replay(partial, a100x2)
+    configs = {task: WIDE_RING for task in full.tasks() if task.nranks == 2}
+    whole, some = replay(full, a100x2, configs), replay(partial, a100x2, configs)
     assert [r.rank for r in some.ranks] == [0, 8]
     assert any("2 of 16 ranks" in note and "7 group(s) of absent ranks" in note for note in some.notes)
     # TP calls wait only for the member present; they take what they take alone (NVLink, nothing shared).

@@ -11,6 +11,7 @@ sets its rate.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import simpy
@@ -33,13 +34,20 @@ class Transfer:
 
 
 class FluidNetwork:
-    """All links of a cluster, shared max-min fairly between the transfers on them."""
+    """All links of a cluster, shared max-min fairly between the transfers on them.
+
+    Rates are recomputed only for the transfers that share links, directly or through others,
+    with one that started, ended or changed its cap: max-min sharing splits into independent
+    problems along such components, so a call on one node's NVLink leaves a call on the NICs as
+    it was.
+    """
 
     def __init__(self, env: simpy.Environment):
         self.env = env
         self.active: list[Transfer] = []
+        self._users: dict[tuple[str, str], set[Transfer]] = {}
         self._last_update = env.now
-        self._wakeup_version = 0
+        self._wakes: list[float] = []  # times of pending wake-ups, a heap
 
     def start(self, nbytes: float, links: tuple, cap_gbps: float) -> Transfer:
         """Begin a transfer now; its rate is known as soon as this returns."""
@@ -49,7 +57,9 @@ class FluidNetwork:
             t.done.succeed()
             return t
         self.active.append(t)
-        self._reschedule()
+        for use in links:
+            self._users.setdefault(use.link, set()).add(t)
+        self._reschedule([t] if links else [])
         return t
 
     def set_caps(self, caps: list[tuple[Transfer, float]]) -> None:
@@ -60,7 +70,7 @@ class FluidNetwork:
         self._advance()
         for t, cap in changed:
             t.cap_gbps = cap
-        self._reschedule()
+        self._reschedule([t for t, _ in changed if t.links])
 
     def _advance(self) -> None:
         dt = self.env.now - self._last_update  # µs
@@ -69,31 +79,56 @@ class FluidNetwork:
                 t.remaining -= t.rate_gbps * 1e3 * dt
         self._last_update = self.env.now
 
-    def _reschedule(self) -> None:
+    def _reschedule(self, changed: list[Transfer]) -> None:
+        """Retire finished transfers, reset the rates of the components of ``changed`` and of the
+        finished ones (linkless transfers move at their cap), and wake up at the next end."""
         finished = [t for t in self.active if t.remaining <= _EPS_BYTES * max(1.0, t.rate_gbps)]
         for t in finished:
             self.active.remove(t)
+            for use in t.links:
+                self._users[use.link].discard(t)
             t.done.succeed()
-        self._assign_rates()
+        seeds = changed + [t for t in finished if t.links]
+        if seeds:
+            self._assign_rates(self._component(seeds))
+        for t in self.active:
+            if not t.links:
+                t.rate_gbps = t.cap_gbps
         if not self.active:
             return
-        next_end = min(t.remaining / (t.rate_gbps * 1e3) for t in self.active)
-        self._wakeup_version += 1
-        version = self._wakeup_version
-        self.env.process(self._wake(next_end, version))
+        next_end = self.env.now + min(t.remaining / (t.rate_gbps * 1e3) for t in self.active)
+        if not self._wakes or next_end < self._wakes[0]:  # a wake-up already due sooner will do
+            heapq.heappush(self._wakes, next_end)
+            self.env.timeout(next_end - self.env.now).callbacks.append(self._wake)
 
-    def _wake(self, delay: float, version: int):
-        yield self.env.timeout(delay)
-        if version == self._wakeup_version:
-            self._advance()
-            for t in self.active:  # absorb rounding at the instant a transfer should end
-                if t.remaining < 1e-6 * t.rate_gbps * 1e3 + _EPS_BYTES:
-                    t.remaining = 0.0
-            self._reschedule()
+    def _wake(self, _event) -> None:
+        heapq.heappop(self._wakes)
+        self._advance()
+        for t in self.active:  # absorb rounding at the instant a transfer should end
+            if t.remaining < 1e-6 * t.rate_gbps * 1e3 + _EPS_BYTES:
+                t.remaining = 0.0
+        self._reschedule([])
 
-    def _assign_rates(self) -> None:
-        """Progressive filling with per-link weights and per-transfer caps."""
-        unfrozen = list(self.active)
+    def _component(self, seeds: list[Transfer]) -> list[Transfer]:
+        """Active transfers linked to ``seeds`` through shared links."""
+        seen: set[Transfer] = set()
+        links = [use.link for t in seeds for use in t.links]
+        visited: set[tuple[str, str]] = set()
+        while links:
+            link = links.pop()
+            if link in visited:
+                continue
+            visited.add(link)
+            for t in self._users.get(link, ()):
+                if t not in seen:
+                    seen.add(t)
+                    links.extend(use.link for use in t.links)
+        return [t for t in self.active if t in seen]
+
+    def _assign_rates(self, transfers: list[Transfer]) -> None:
+        """Progressive filling of ``transfers`` (a closed set of link sharers), with per-link
+        weights and per-transfer caps."""
+        unfrozen = list(transfers)
         used: dict[tuple[str, str], float] = {}
         capacity: dict[tuple[str, str], float] = {}
         for t in unfrozen:

@@ -9,6 +9,8 @@ trace divided by its iteration count), as is the iteration time.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from traces.task import Task
@@ -37,6 +39,12 @@ class TaskTimes:
     """Mean time of a call from its last member's arrival to its end, sharing the network."""
     alone_us: float
     """The same call alone on the network (the fast path)."""
+    exposed_us: float = 0.0
+    """Mean part of a call during which its ranks in the trace run no compute."""
+
+    @property
+    def exposed_fraction(self) -> float:
+        return self.exposed_us / self.time_us if self.time_us else 1.0
 
     @property
     def busbw_gbps(self) -> float:
@@ -55,6 +63,7 @@ class TaskTimes:
                        "nchannels": c.nchannels, "nthreads": c.nthreads, "chunk_bytes": c.chunk_bytes},
             "chosen_by": self.chosen_by,
             "time_us": round(self.time_us, 3), "alone_us": round(self.alone_us, 3),
+            "exposed_us": round(self.exposed_us, 3),
             "busbw_gbps": round(self.busbw_gbps, 3), "alone_busbw_gbps": round(self.alone_busbw_gbps, 3),
         }
 
@@ -115,6 +124,16 @@ class ReplayResult:
             "tasks": [t.as_dict() for t in self.tasks],
             "notes": list(self.notes),
         }
+
+
+def covered(intervals: list[tuple[float, float]], start: float, end: float) -> float:
+    """Time of ``[start, end)`` that disjoint sorted ``intervals`` cover."""
+    total = 0.0
+    for lo, hi in intervals[max(bisect_right(intervals, (start, math.inf)) - 1, 0):]:
+        if lo >= end:
+            break
+        total += max(0.0, min(hi, end) - max(lo, start))
+    return total
 
 
 def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

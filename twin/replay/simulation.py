@@ -32,7 +32,7 @@ from tuner.config import Config
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
 from twin.replay.comms import Communicators, ReplayError, Timed, members_of, task_of
 from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, ComputeTimer, compute_speed
-from twin.replay.result import RankTimes, ReplayResult, TaskTimes, length, overlap, union
+from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
 
 WORK_UNITS_PER_US = 1e3
 """A compute phase is a linkless transfer of ``µs × 1e3`` units: at a cap of 1 "GB/s" it
@@ -79,7 +79,7 @@ class _Replay:
         self.calls: dict[tuple, _Call] = {}
         self.intervals: dict[int, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
         self.iteration_end: dict[int, float] = defaultdict(float)
-        self.call_log: list[tuple[_Call, float]] = []
+        self.call_log: list[tuple[_Call, float]] = []  # (call, its end)
         self.unsized = 0
         self.shadow_of: dict[tuple[int, ...], tuple[int, ...]] = {}
 
@@ -98,9 +98,11 @@ class _Replay:
 
     def _stream(self, rank: int, events: list, keys: dict[int, tuple]):
         for event in events:
-            deps = [self.done[(rank, d)] for d in event.after]
-            if deps:
-                yield simpy.AllOf(self.env, deps)
+            waits = [ev for ev in (self.done[(rank, d)] for d in event.after) if not ev.processed]
+            if len(waits) == 1:
+                yield waits[0]
+            elif waits:
+                yield simpy.AllOf(self.env, waits)
             start = self.env.now
             if isinstance(event, ComputeEvent):
                 yield from self._compute(rank, event)
@@ -176,7 +178,7 @@ class _Replay:
         elif call.measured_us > 0:
             yield self.env.timeout(call.measured_us)
         if call.task is not None:
-            self.call_log.append((call, self.env.now - call.began_us))
+            self.call_log.append((call, self.env.now))
         del self.calls[call.key]
         call.done.succeed()
 
@@ -227,28 +229,32 @@ class _Replay:
             times.append(max(self.iteration_end[i] - previous, 0.0))
             previous = max(previous, self.iteration_end[i])
         ranks = []
+        computes = {}
         for rank in sorted(self.present):
-            compute = union(self.intervals[rank]["compute"])
+            computes[rank] = compute = union(self.intervals[rank]["compute"])
             comm = union(self.intervals[rank]["comm"])
             ranks.append(RankTimes(rank, length(compute) / n, length(comm) / n,
                                    (length(comm) - overlap(comm, compute)) / n))
-        return ReplayResult(cluster_name, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n),
+        return ReplayResult(cluster_name, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n, computes),
                             tuple(self._notes()))
 
-    def _tasks(self, iterations: int) -> tuple[TaskTimes, ...]:
+    def _tasks(self, iterations: int, computes: dict[int, list[tuple[float, float]]]) -> tuple[TaskTimes, ...]:
         by_task: dict[Task, list[tuple[_Call, float]]] = defaultdict(list)
-        for call, took in self.call_log:
-            by_task[call.task].append((call, took))
+        for call, end in self.call_log:
+            by_task[call.task].append((call, end))
         out = []
         for task, calls in by_task.items():
             timed = [c.timed for c, _ in calls if c.timed is not None]
-            first = timed[0] if timed else None
-            mean = sum(t for _, t in calls) / len(calls)
-            alone = sum(float(t.schedule.time_us()) for t in timed) / len(timed) if timed else mean
-            config = first.config if first else None
-            if config is None:
+            if not timed:
                 continue  # 1-rank or 0-byte calls: nothing moves
-            out.append(TaskTimes(task, config, first.chosen_by, len(calls) / iterations, mean, alone))
+            took = exposed = 0.0
+            for c, end in calls:
+                hidden = sum(covered(computes[r], c.began_us, end) for r in c.present) / len(c.present)
+                took += end - c.began_us
+                exposed += end - c.began_us - hidden
+            alone = sum(float(t.schedule.time_us()) for t in timed) / len(timed)
+            out.append(TaskTimes(task, timed[0].config, timed[0].chosen_by, len(calls) / iterations,
+                                 took / len(calls), alone, exposed / len(calls)))
         return tuple(sorted(out, key=lambda t: -t.time_us * t.calls_per_iteration))
 
     def _notes(self) -> list[str]:

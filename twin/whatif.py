@@ -1,0 +1,290 @@
+"""What-if: one workload on several candidate clusters, with NCCL's default and tuned, side by side.
+
+For each cluster the trace is replayed twice (``twin.replay``): once with what stock NCCL would
+choose for every collective, once with the best configuration the fast path finds per task.
+The report gives per cluster the iteration time both ways, the communication share, the
+communication that compute does not hide, each task's bus bandwidth both ways, and the cost
+of an iteration (and of a million tokens when the trace says how many an iteration trains).
+
+    report = what_if(trace, [Candidate("dgx-h100"), Candidate("dgx-a100")])
+    print(format_text(report))
+
+The tuned search sweeps, per task, every subspace the tuner's config space admits on the
+task's communicator (``tuner.space.ConfigSpace``) over a thinned resource grid: channels at
+powers of two and the cap, threads at 128, 256, 512 and the most allowed, every chunk size
+(``ccltwin rank`` sweeps the whole grid for a warm-start plan).  It minimises what a call
+costs the iteration, not its time alone: a call that compute hides costs only the compute
+its channels' SMs hold back, so hidden calls get fewer channels (``call_cost``, using each
+task's exposure in the default replay).  Then, as the live tuner keeps only its winners, a
+task whose tuned calls cost more than the default's in the tuned replay (where they share
+links with everything else) goes back to NCCL's default, and the trace is replayed again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from traces.schema import Trace
+from traces.task import Task
+from tuner.config import Config, Transport
+from tuner.rules import CommFacts
+from tuner.space import ConfigError, ConfigSpace, ResourceGrid
+from twin.fastpath import sweep_subspace
+from twin.model.schedule import Unsupported
+from twin.nccl_model.cost_table import ll128_default
+from twin.replay import Communicators, ReplayResult, TaskTimes, replay, task_of
+from twin.replay.comms import members_of
+from twin.topology import load_cluster
+
+PRICE_PER_GPU_HOUR = {
+    "V100-SXM2-16GB": 0.55, "V100-SXM2-32GB": 0.55,
+    "A100-SXM4-40GB": 1.29, "A100-SXM4-80GB": 1.79, "A100-PCIE-40GB": 1.29, "A100-PCIE-80GB": 1.79,
+    "A40": 0.75, "RTX-A6000": 0.80, "L40S": 1.00,
+    "H100-SXM5-80GB": 2.99, "H100-PCIE": 2.49, "H200-SXM-141GB": 3.79, "B200": 4.99,
+}
+"""USD per GPU-hour: rounded public on-demand cloud list prices (2025).  They only put
+clusters on one scale; pass your own price for a real quote."""
+
+TUNED_THREADS = (128, 256, 512)
+"""Thread counts the tuned search tries besides the most a subspace allows."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A cluster to try: a preset or YAML file, its node count (None: as many as the trace
+    needs), and a price per GPU-hour (None: ``PRICE_PER_GPU_HOUR`` by GPU model)."""
+
+    topology: str
+    nodes: int | None = None
+    price_per_gpu_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class TaskComparison:
+    """One task on one cluster: NCCL's default and the tuned configuration, as replayed."""
+
+    default: TaskTimes
+    tuned: TaskTimes | None
+
+    @property
+    def task(self) -> Task:
+        return self.default.task
+
+    def as_dict(self) -> dict:
+        d = self.default.as_dict()
+        out = {k: d[k] for k in ("op", "nbytes", "dtype", "nranks", "group", "calls_per_iteration")}
+        out["default"] = {k: d[k] for k in ("config", "time_us", "alone_us", "busbw_gbps")}
+        if self.tuned is not None:
+            t = self.tuned.as_dict()
+            out["tuned"] = {k: t[k] for k in ("config", "chosen_by", "time_us", "alone_us", "busbw_gbps")}
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    """One candidate cluster: its replays with NCCL's default and tuned, and their cost."""
+
+    label: str
+    topology: str
+    nodes: int
+    gpus: int
+    gpu: str
+    price_per_gpu_hour: float
+    price_given: bool
+    default: ReplayResult
+    tuned: ReplayResult | None
+    tokens_per_iteration: float | None = None
+    tasks: tuple[TaskComparison, ...] = field(default=())
+
+    @property
+    def best(self) -> ReplayResult:
+        return self.tuned if self.tuned is not None else self.default
+
+    @property
+    def speedup(self) -> float | None:
+        """Default iteration time over tuned."""
+        if self.tuned is None or not self.tuned.mean_iteration_us:
+            return None
+        return self.default.mean_iteration_us / self.tuned.mean_iteration_us
+
+    def cost_per_iteration(self, result: ReplayResult) -> float:
+        """USD for one iteration on the whole cluster."""
+        return self.gpus * self.price_per_gpu_hour * result.mean_iteration_us / 3.6e9
+
+    def cost_per_million_tokens(self, result: ReplayResult) -> float | None:
+        if not self.tokens_per_iteration:
+            return None
+        return self.cost_per_iteration(result) / self.tokens_per_iteration * 1e6
+
+    def as_dict(self) -> dict:
+        def cost(result: ReplayResult) -> dict:
+            per_m = self.cost_per_million_tokens(result)
+            return {"usd_per_iteration": _sig(self.cost_per_iteration(result)),
+                    "usd_per_million_tokens": None if per_m is None else _sig(per_m)}
+
+        return {
+            "label": self.label, "topology": self.topology, "nodes": self.nodes, "gpus": self.gpus, "gpu": self.gpu,
+            "price_per_gpu_hour": self.price_per_gpu_hour,
+            "price_source": "given" if self.price_given else "PRICE_PER_GPU_HOUR (list price, 2025)",
+            "tokens_per_iteration": self.tokens_per_iteration,
+            "default": {**_summary(self.default), "cost": cost(self.default)},
+            "tuned": None if self.tuned is None else {**_summary(self.tuned), "cost": cost(self.tuned)},
+            "speedup": None if self.speedup is None else round(self.speedup, 4),
+            "tasks": [t.as_dict() for t in self.tasks],
+            "notes": list(self.default.notes),
+        }
+
+
+@dataclass(frozen=True)
+class WhatIfReport:
+    """A trace on several clusters."""
+
+    trace_name: str
+    trace: Trace
+    clusters: tuple[ClusterReport, ...]
+
+    def as_dict(self) -> dict:
+        t = self.trace
+        return {
+            "trace": {"name": self.trace_name, "source": t.source, "world_size": t.world_size,
+                      "ranks_in_trace": len(t.ranks), "iterations": t.iterations,
+                      "events": sum(len(r.events) for r in t.ranks),
+                      "workload": t.metadata.get("workload"), "tokens_per_iteration": _tokens(t)},
+            "predicted": True,
+            "clusters": [c.as_dict() for c in self.clusters],
+        }
+
+
+def _sig(x: float) -> float:
+    """``x`` to 6 significant digits (costs per iteration are fractions of a cent)."""
+    return float(f"{x:.6g}")
+
+
+def _summary(result: ReplayResult) -> dict:
+    d = result.as_dict()
+    return {k: d[k] for k in ("iteration_us", "iterations_us", "compute_us", "comm_us", "exposed_comm_us",
+                              "comm_share", "exposed_share")}
+
+
+def _tokens(trace: Trace) -> float | None:
+    value = trace.metadata.get("tokens_per_iteration")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+# ---- the search ----------------------------------------------------------------------------
+
+
+def _facts(comms: Communicators, group: str, members: tuple[int, ...]) -> CommFacts:
+    """What decides the config space on the communicator of ``group`` (as ``twin.rank.comm_facts``
+    reads it off a ``Twin``), for a call among ``members``."""
+    info = comms.info(comms.comm_gpus(group))
+    return CommFacts(nranks=len(members), nnodes=comms.geometry(comms.member_gpus(members)).nnodes,
+                     sm_count=comms.cluster.gpu.sm_count, sm_version=info.sm_version, nccl_version=info.nccl_version,
+                     nvls=info.nvls_support, collnet=info.collnet_support, ll128=ll128_default(info),
+                     channel_cap=info.nchannels, transports=tuple(Transport))
+
+
+def thin(grid: ResourceGrid) -> ResourceGrid:
+    """Channels at powers of two and the largest, threads at ``TUNED_THREADS`` and the largest."""
+    nc = grid.nchannels
+    keep_nc = np.unique(np.concatenate([nc[(nc & (nc - 1)) == 0], nc[-1:]]))
+    threads = tuple(sorted({t for t in grid.nthreads if t in TUNED_THREADS} | {max(grid.nthreads)}))
+    return ResourceGrid(keep_nc, threads, {t: grid.chunks[t] for t in threads})
+
+
+def call_cost(time_us, nchannels, exposed_fraction: float, sm_count: int):
+    """What a call costs the iteration: its exposed part in full, and while compute hides it,
+    the compute its channels' SMs hold back (``twin.replay.compute``)."""
+    return time_us * (exposed_fraction + (1.0 - exposed_fraction) * nchannels / sm_count)
+
+
+def tuned_config(comms: Communicators, task: Task, group: str, members: tuple[int, ...],
+                 exposed_fraction: float = 1.0) -> Config:
+    """The configuration of ``task`` on its communicator with the least ``call_cost`` alone on
+    the network; NCCL's default when nothing beats it."""
+    sms = comms.cluster.gpu.sm_count
+    default = comms.timed(task, group, members)
+    best = default.config
+    best_cost = call_cost(float(default.schedule.time_us()), best.nchannels, exposed_fraction, sms)
+    try:
+        space = ConfigSpace(task, _facts(comms, group, members))
+    except (ConfigError, ValueError):
+        return best
+    gpus = comms.member_gpus(members)
+    geoms = {t: comms.geometry(gpus, t) for t in Transport}
+    for s in space.subspaces:
+        grid = thin(space.grid(s))
+        try:
+            swept = sweep_subspace(geoms, task.op, task.nbytes, s, grid)
+        except Unsupported:
+            continue
+        for nt, times in swept.times.items():
+            cost = call_cost(times, grid.nchannels[:, None], exposed_fraction, sms)
+            i_nc, i_chunk = np.unravel_index(int(np.argmin(cost)), cost.shape)
+            if cost[i_nc, i_chunk] < best_cost:
+                best_cost = float(cost[i_nc, i_chunk])
+                best = Config(s.algo, s.proto, s.transport, int(grid.nchannels[i_nc]), nt,
+                              int(grid.chunks[nt][i_chunk]))
+    return best
+
+
+def tuned_configs(trace: Trace, comms: Communicators, default: ReplayResult) -> dict[Task, Config]:
+    """The tuned configuration of every sized task of ``trace`` on the communicator of its first
+    call, weighing each call's exposure as NCCL's default replay (``default``) found it."""
+    exposed = {t.task: t.exposed_fraction for t in default.tasks}
+    where: dict[Task, tuple[str, tuple[int, ...]]] = {}
+    for rank, event in trace.collectives():
+        task = task_of(trace, rank, event)
+        if task in exposed and task not in where:
+            where[task] = (event.group, members_of(trace, rank, event))
+    return {task: tuned_config(comms, task, group, members, exposed[task]) for task, (group, members) in where.items()}
+
+
+def tune(trace: Trace, comms: Communicators, default: ReplayResult) -> ReplayResult:
+    """Replay with the tuned configurations, then keep only the winners: a task whose tuned calls
+    cost more in the replay (sharing links with other calls) than NCCL's default goes back to it."""
+    configs = tuned_configs(trace, comms, default)
+    tuned = replay(trace, comms.cluster, configs, comms=comms)
+    sms = comms.cluster.gpu.sm_count
+    before = {t.task: t for t in default.tasks}
+    losers = [t.task for t in tuned.tasks if t.task in configs and
+              call_cost(t.time_us, t.config.nchannels, t.exposed_fraction, sms) >
+              call_cost(before[t.task].time_us, before[t.task].config.nchannels, before[t.task].exposed_fraction, sms)]
+    if not losers:
+        return tuned
+    for task in losers:
+        del configs[task]
+    return replay(trace, comms.cluster, configs, comms=comms)
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+def nodes_needed(trace: Trace, cluster) -> int:
+    return max(1, math.ceil(trace.world_size / cluster.gpus_per_node))
+
+
+def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True) -> ClusterReport:
+    """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given)."""
+    cluster = load_cluster(candidate.topology, nodes=candidate.nodes)
+    if candidate.nodes is None and cluster.nodes != nodes_needed(trace, cluster):
+        cluster = load_cluster(candidate.topology, nodes=nodes_needed(trace, cluster))
+    comms = Communicators(trace, cluster)
+    default = replay(trace, cluster, comms=comms)
+    tuned_result = tune(trace, comms, default) if tuned else None
+    by_task = {t.task: t for t in tuned_result.tasks} if tuned_result else {}
+    price = candidate.price_per_gpu_hour
+    gpus = len(cluster.gpus())
+    return ClusterReport(
+        label=f"{cluster.name} x{cluster.nodes}", topology=candidate.topology, nodes=cluster.nodes, gpus=gpus,
+        gpu=cluster.gpu.model, price_per_gpu_hour=price if price is not None else PRICE_PER_GPU_HOUR[cluster.gpu.model],
+        price_given=price is not None, default=default, tuned=tuned_result, tokens_per_iteration=_tokens(trace),
+        tasks=tuple(TaskComparison(t, by_task.get(t.task)) for t in default.tasks))
+
+
+def what_if(trace: Trace, candidates: list[Candidate], *, tuned: bool = True, name: str = "trace") -> WhatIfReport:
+    """``trace`` on every candidate cluster, in the order given."""
+    return WhatIfReport(name, trace, tuple(evaluate(trace, c, tuned=tuned) for c in candidates))

@@ -1,0 +1,85 @@
+"""``ccltwin whatif``: a training trace on candidate clusters, NCCL's default vs tuned, with cost.
+
+    ccltwin whatif                                        # bundled example trace on two presets
+    ccltwin whatif --trace job.json --topology dgx-h100 --topology mybox.yaml --nodes 4 --json
+    ccltwin whatif -o report.md                           # also write a Markdown report
+
+Errors go to stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traces.errors import TraceError
+from traces.trace_file import load_trace, write_atomic
+from twin.replay import ReplayError
+from twin.topology import TopologyError
+from twin.whatif import Candidate, what_if
+from twin.whatif_format import format_markdown, format_text
+
+DEFAULT_TOPOLOGIES = ("dgx-h100", "dgx-a100")
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _per_topology(values: list | None, count: int, option: str) -> list:
+    if not values:
+        return [None] * count
+    if len(values) == 1:
+        return values * count
+    if len(values) != count:
+        _fail(f"give {option} once (for every topology) or once per --topology ({count}), not {len(values)} times")
+    return list(values)
+
+
+def _default_trace() -> tuple[Path, str]:
+    from traces.examples import DEFAULT, path
+
+    return path(DEFAULT), DEFAULT
+
+
+def whatif(
+    trace: Annotated[Path | None, typer.Option(help="A ccltwin trace (default: the bundled example).")] = None,
+    topology: Annotated[list[str] | None, typer.Option(
+        help="Candidate cluster: preset or YAML file; repeat for several (default: dgx-h100 and dgx-a100).")] = None,
+    nodes: Annotated[list[int] | None, typer.Option(
+        help="Nodes of each cluster, once for all or once per --topology (default: as many as the trace needs).")
+    ] = None,
+    price_per_gpu_hour: Annotated[list[float] | None, typer.Option(
+        help="USD per GPU-hour, once for all or once per --topology (default: a list price by GPU model).")] = None,
+    tuned: Annotated[bool, typer.Option(help="Also find and replay the best configuration per task.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Also write the report: .md or .json.")
+                      ] = None,
+) -> None:
+    """Replay a training trace on candidate clusters: iteration time, communication share, per-task
+    bus bandwidth and cost, with NCCL's default configuration and with the best one found."""
+    if output is not None and output.suffix not in (".md", ".json"):
+        _fail(f"{output}: the report is written as Markdown (.md) or JSON (.json)")
+    topologies = list(topology or DEFAULT_TOPOLOGIES)
+    node_counts = _per_topology(nodes, len(topologies), "--nodes")
+    prices = _per_topology(price_per_gpu_hour, len(topologies), "--price-per-gpu-hour")
+    if any(n is not None and n < 1 for n in node_counts):
+        _fail("--nodes must be at least 1")
+    if any(p is not None and p < 0 for p in prices):
+        _fail("--price-per-gpu-hour must be at least 0")
+    path, name = (trace, trace.name.removesuffix(".gz").removesuffix(".json")) if trace else _default_trace()
+    try:
+        workload = load_trace(path)
+        candidates = [Candidate(t, n, p) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
+        report = what_if(workload, candidates, tuned=tuned, name=name)
+    except (TraceError, TopologyError, ReplayError) as err:
+        _fail(str(err))
+    document = json.dumps(report.as_dict(), indent=1)
+    typer.echo(document if as_json else format_text(report), nl=as_json)
+    if output is not None:
+        write_atomic(output, [document + "\n" if output.suffix == ".json" else format_markdown(report)])
+        typer.echo(f"wrote {output}", err=True)
