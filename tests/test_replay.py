@@ -184,7 +184,7 @@ def test_collectives_on_different_nodes_do_not_slow_each_other(a100x2):
 @pytest.mark.parametrize(("op", "nbytes", "nranks"), [
     (Op.ALLREDUCE, 1 << 10, 16), (Op.ALLREDUCE, 64 << 20, 16), (Op.ALLREDUCE, 1 << 30, 8),
     (Op.ALLGATHER, 32 << 20, 16), (Op.REDUCESCATTER, 32 << 20, 16), (Op.BROADCAST, 8 << 20, 16),
-    (Op.ALLTOALL, 16 << 20, 16), (Op.SENDRECV, 4 << 20, 2),
+    (Op.REDUCE, 8 << 20, 16), (Op.ALLTOALL, 16 << 20, 16), (Op.SENDRECV, 4 << 20, 2),
 ])
 def test_a_single_collective_replays_at_the_fast_path_time(a100x2, op, nbytes, nranks):
     b = TraceBuilder(nranks, {"g": tuple(range(nranks))})
