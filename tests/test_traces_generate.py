@@ -370,3 +370,15 @@ def test_cli_lists_presets():
     assert result.exit_code == 0
     assert all(name in result.output for name in list_presets())
     assert examples.DEFAULT in result.output
+
+
+def test_docstring_examples_run():
+    """The examples in the generator's docstrings hold (Table 1 in the package docstring, VGG19's parameters...)."""
+    import doctest
+
+    import traces.generate as package
+    from traces.generate import buckets, model, plan, transformer
+
+    for module in (package, buckets, model, plan, transformer):
+        failed, tried = doctest.testmod(module)
+        assert tried and not failed, module.__name__
