@@ -7,9 +7,11 @@ import pytest
 from traces.schema import CollectiveEvent, ComputeEvent, ProcessGroup, RankTrace, Trace
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
+from tuner.plan import Plan, PlanEntry, RankedSubspace
+from tuner.process_knobs import ProcessSettings
 from twin.hardware import gpu_spec
 from twin.predict import Twin
-from twin.replay import ReplayError, replay
+from twin.replay import ReplayError, plan_configs, replay
 from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, roofline_us
 from twin.topology import load_cluster
 
@@ -252,6 +254,21 @@ def test_given_configs_are_used_and_impossible_ones_fall_back_to_nccl(h100):
     assert any("cannot run" in note for note in result.notes)
     default = replay(trace, h100)
     assert by_op[Op.ALLREDUCE].time_us > {t.task.op: t for t in default.tasks}[Op.ALLREDUCE].time_us
+
+
+def test_a_warm_start_plan_gives_the_configs(h100):
+    b = TraceBuilder(8, {"g": tuple(range(8))})
+    for r in range(8):
+        b.call(r, Op.ALLREDUCE, 64 << 20, "g")
+    trace = b.trace()
+    [task] = trace.tasks()
+    ring = Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 4, 256, 1 << 19)
+    default = replay(trace, h100).tasks[0]
+    plan = Plan(cluster="dgx-h100 1x8", nccl_version="2.28.9", created_by="test", process=ProcessSettings(),
+                entries=(PlanEntry(task=task, ranked=(RankedSubspace(config=ring, time_us=1.0),),
+                                   default=RankedSubspace(config=default.config, time_us=default.time_us)),))
+    [planned] = replay(trace, h100, plan_configs(plan)).tasks
+    assert planned.config == ring and planned.chosen_by == "given"
 
 
 def test_compute_is_timed_by_roofline_on_the_cluster_gpu():

@@ -40,8 +40,8 @@ def trace_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(trace_file):
-    result = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "dgx-h100",
-                                 "--topology", "a40-pcie", "--json"])
+    result = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "dgx-a100",
+                                 "--topology", "l40s-pcie", "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -50,7 +50,7 @@ def test_json_report_has_the_contract_fields(report):
     assert report["predicted"] is True
     assert report["trace"] | {"name": "dp8"} == report["trace"]
     assert report["trace"]["world_size"] == 8 and report["trace"]["tokens_per_iteration"] == 32768
-    assert [c["label"] for c in report["clusters"]] == ["dgx-h100 x1", "a40-pcie x1"]
+    assert [c["label"] for c in report["clusters"]] == ["dgx-a100 x1", "l40s-pcie x1"]
     for cluster in report["clusters"]:
         assert cluster["gpus"] == 8
         for run in ("default", "tuned"):
@@ -73,12 +73,12 @@ def test_json_report_has_the_contract_fields(report):
 
 
 def test_the_faster_cluster_is_predicted_faster(report):
-    h100, a40 = report["clusters"]
-    assert h100["default"]["iteration_us"] < a40["default"]["iteration_us"] / 2
+    a100, l40s = report["clusters"]
+    assert a100["default"]["iteration_us"] < l40s["default"]["iteration_us"]
     big = {c["label"]: next(t for t in c["tasks"] if t["nbytes"] == 128 << 20) for c in report["clusters"]}
-    assert big["dgx-h100 x1"]["default"]["busbw_gbps"] > 5 * big["a40-pcie x1"]["default"]["busbw_gbps"]
-    # PCIe all-reduces hide less behind compute: a larger share of the A40's iteration is exposed.
-    assert a40["default"]["exposed_share"] > h100["default"]["exposed_share"]
+    assert big["dgx-a100 x1"]["default"]["busbw_gbps"] > 5 * big["l40s-pcie x1"]["default"]["busbw_gbps"]
+    # PCIe all-reduces hide less behind compute: a larger share of the L40S's iteration is exposed.
+    assert l40s["default"]["exposed_share"] > a100["default"]["exposed_share"]
 
 
 def test_tuned_configurations_never_cost_more_than_nccls_default(report):
@@ -101,21 +101,21 @@ def test_cost_follows_the_price_and_the_tokens(report):
 
 def test_text_table_and_markdown_report(trace_file, tmp_path):
     out = tmp_path / "report.md"
-    result = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "a40-pcie", "--no-tuned",
+    result = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "l40s-pcie", "--no-tuned",
                                  "--price-per-gpu-hour", "2", "-o", str(out)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("# ccltwin whatif: dp8 (test): 8 ranks, 8 in the trace")
     assert "predicted, not measured" in lines[0]
-    row = next(line for line in lines if line.startswith("a40-pcie x1"))
-    assert "8 x A40" in row and " 2 " in row
+    row = next(line for line in lines if line.startswith("l40s-pcie x1"))
+    assert "8 x L40S" in row and " 2 " in row
     markdown = out.read_text()
     assert markdown.startswith("# What-if report: dp8")
-    assert "| cluster | GPUs |" in markdown and "## a40-pcie x1" in markdown
+    assert "| cluster | GPUs |" in markdown and "## l40s-pcie x1" in markdown
 
 
 def test_no_tuned_leaves_the_tuned_fields_empty(trace_file):
-    result = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "dgx-h100", "--no-tuned",
+    result = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "dgx-a100", "--no-tuned",
                                  "--json"])
     assert result.exit_code == 0, result.output
     [cluster] = json.loads(result.stdout)["clusters"]
@@ -126,7 +126,7 @@ def test_no_tuned_leaves_the_tuned_fields_empty(trace_file):
 def test_a_bad_trace_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "ccltwin-trace", "version": 1, "world_size": 2, "groups": [], "ranks": [')
-    result = runner.invoke(app, ["whatif", "--trace", str(bad), "--topology", "dgx-h100"])
+    result = runner.invoke(app, ["whatif", "--trace", str(bad), "--topology", "dgx-a100"])
     assert result.exit_code == 2
     assert "error:" in result.stderr and "bad.json" in result.stderr and "not a readable trace" in result.stderr
 
@@ -136,14 +136,14 @@ def test_too_few_nodes_unknown_presets_and_report_formats_are_refused(trace_file
     for rank in range(16):
         wide.call(rank, Op.ALLREDUCE, 1 << 20, "all")
     save_trace(wide.trace(), tmp_path / "wide.json")
-    small = runner.invoke(app, ["whatif", "--trace", str(tmp_path / "wide.json"), "--topology", "dgx-h100",
+    small = runner.invoke(app, ["whatif", "--trace", str(tmp_path / "wide.json"), "--topology", "dgx-a100",
                                 "--nodes", "1"])
-    assert small.exit_code == 2 and "needs 16 GPUs; dgx-h100 has 8" in small.stderr
+    assert small.exit_code == 2 and "needs 16 GPUs; dgx-a100 has 8" in small.stderr
     unknown = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "dgx-z9000"])
     assert unknown.exit_code == 2 and "dgx-z9000" in unknown.stderr
     html = runner.invoke(app, ["whatif", "--trace", str(trace_file), "-o", str(tmp_path / "r.html")])
     assert html.exit_code == 2 and ".md" in html.stderr and not (tmp_path / "r.html").exists()
-    mismatch = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "dgx-h100", "--topology",
+    mismatch = runner.invoke(app, ["whatif", "--trace", str(trace_file), "--topology", "dgx-a100", "--topology",
                                    "dgx-a100", "--nodes", "1", "--nodes", "2", "--nodes", "3"])
     assert mismatch.exit_code == 2 and "--nodes" in mismatch.stderr
 

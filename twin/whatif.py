@@ -9,21 +9,24 @@ of an iteration (and of a million tokens when the trace says how many an iterati
     report = what_if(trace, [Candidate("dgx-h100"), Candidate("dgx-a100")])
     print(format_text(report))
 
-The tuned search sweeps, per task, every subspace the tuner's config space admits on the
-task's communicator (``tuner.space.ConfigSpace``) over a thinned resource grid: channels at
+The tuned search sweeps, per task, every ⟨algorithm, protocol⟩ the tuner's config space admits
+on the task's communicator (``tuner.space.ConfigSpace``) with NCCL's default p2p transport
+(the transport is a per-process setting, not a per-call one) over a thinned resource grid: channels at
 powers of two and the cap, threads at 128, 256, 512 and the most allowed, every chunk size
 (``ccltwin rank`` sweeps the whole grid for a warm-start plan).  It minimises what a call
-costs the iteration, not its time alone: a call that compute hides costs only the compute
-its channels' SMs hold back, so hidden calls get fewer channels (``call_cost``, using each
-task's exposure in the default replay).  Then, as the live tuner keeps only its winners, a
-task whose tuned calls cost more than the default's in the tuned replay (where they share
-links with everything else) goes back to NCCL's default, and the trace is replayed again.
+costs the iteration, not its time alone: the part of a call that compute hides (as much as
+it hid with NCCL's default, in the default replay) costs only the compute its channels' SMs
+hold back, the rest costs its time (``call_cost``), so hidden calls get fewer channels but no
+more time than compute covers.  Then, as the live tuner keeps only its winners, a task whose
+tuned calls cost more than the default's in the tuned replay (where they share links with
+everything else) goes back to NCCL's default and the trace is replayed again; if the
+iteration is still slower, NCCL's default stays everywhere.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -179,12 +182,12 @@ def _tokens(trace: Trace) -> float | None:
 
 def _facts(comms: Communicators, group: str, members: tuple[int, ...]) -> CommFacts:
     """What decides the config space on the communicator of ``group`` (as ``twin.rank.comm_facts``
-    reads it off a ``Twin``), for a call among ``members``."""
+    reads it off a ``Twin``), for a call among ``members``; the transport stays NCCL's default."""
     info = comms.info(comms.comm_gpus(group))
     return CommFacts(nranks=len(members), nnodes=comms.geometry(comms.member_gpus(members)).nnodes,
                      sm_count=comms.cluster.gpu.sm_count, sm_version=info.sm_version, nccl_version=info.nccl_version,
                      nvls=info.nvls_support, collnet=info.collnet_support, ll128=ll128_default(info),
-                     channel_cap=info.nchannels, transports=tuple(Transport))
+                     channel_cap=info.nchannels, transports=(Transport.P2P,))
 
 
 def thin(grid: ResourceGrid) -> ResourceGrid:
@@ -195,26 +198,33 @@ def thin(grid: ResourceGrid) -> ResourceGrid:
     return ResourceGrid(keep_nc, threads, {t: grid.chunks[t] for t in threads})
 
 
-def call_cost(time_us, nchannels, exposed_fraction: float, sm_count: int):
-    """What a call costs the iteration: its exposed part in full, and while compute hides it,
-    the compute its channels' SMs hold back (``twin.replay.compute``)."""
-    return time_us * (exposed_fraction + (1.0 - exposed_fraction) * nchannels / sm_count)
+def call_cost(time_us, nchannels, hidden_us, sm_count: int):
+    """What a call costs the iteration when compute can hide ``hidden_us`` of it: the rest in
+    full, and the hidden part as the compute its channels' SMs hold back meanwhile
+    (``twin.replay.compute``)."""
+    hidden = np.minimum(time_us, hidden_us)
+    return time_us - hidden + hidden * nchannels / sm_count
+
+
+def replayed_cost(t: TaskTimes, sm_count: int) -> float:
+    """``call_cost`` of a task's calls as a replay saw them."""
+    return float(call_cost(t.time_us, t.config.nchannels, t.time_us - t.exposed_us, sm_count))
 
 
 def tuned_config(comms: Communicators, task: Task, group: str, members: tuple[int, ...],
-                 exposed_fraction: float = 1.0) -> Config:
-    """The configuration of ``task`` on its communicator with the least ``call_cost`` alone on
-    the network; NCCL's default when nothing beats it."""
+                 hidden_us: float = 0.0) -> Config:
+    """The configuration of ``task`` on its communicator with the least ``call_cost`` alone on the
+    network, if compute hides ``hidden_us`` of each call; NCCL's default when nothing beats it."""
     sms = comms.cluster.gpu.sm_count
     default = comms.timed(task, group, members)
     best = default.config
-    best_cost = call_cost(float(default.schedule.time_us()), best.nchannels, exposed_fraction, sms)
+    best_cost = float(call_cost(float(default.schedule.time_us()), best.nchannels, hidden_us, sms))
     try:
         space = ConfigSpace(task, _facts(comms, group, members))
     except (ConfigError, ValueError):
         return best
     gpus = comms.member_gpus(members)
-    geoms = {t: comms.geometry(gpus, t) for t in Transport}
+    geoms = {Transport.P2P: comms.geometry(gpus, Transport.P2P)}
     for s in space.subspaces:
         grid = thin(space.grid(s))
         try:
@@ -222,7 +232,7 @@ def tuned_config(comms: Communicators, task: Task, group: str, members: tuple[in
         except Unsupported:
             continue
         for nt, times in swept.times.items():
-            cost = call_cost(times, grid.nchannels[:, None], exposed_fraction, sms)
+            cost = call_cost(times, grid.nchannels[:, None], hidden_us, sms)
             i_nc, i_chunk = np.unravel_index(int(np.argmin(cost)), cost.shape)
             if cost[i_nc, i_chunk] < best_cost:
                 best_cost = float(cost[i_nc, i_chunk])
@@ -233,31 +243,35 @@ def tuned_config(comms: Communicators, task: Task, group: str, members: tuple[in
 
 def tuned_configs(trace: Trace, comms: Communicators, default: ReplayResult) -> dict[Task, Config]:
     """The tuned configuration of every sized task of ``trace`` on the communicator of its first
-    call, weighing each call's exposure as NCCL's default replay (``default``) found it."""
-    exposed = {t.task: t.exposed_fraction for t in default.tasks}
+    call, counting on compute to hide as much of each call as it hid in NCCL's default replay."""
+    hidden = {t.task: t.time_us - t.exposed_us for t in default.tasks}
     where: dict[Task, tuple[str, tuple[int, ...]]] = {}
     for rank, event in trace.collectives():
         task = task_of(trace, rank, event)
-        if task in exposed and task not in where:
+        if task in hidden and task not in where:
             where[task] = (event.group, members_of(trace, rank, event))
-    return {task: tuned_config(comms, task, group, members, exposed[task]) for task, (group, members) in where.items()}
+    return {task: tuned_config(comms, task, group, members, hidden[task]) for task, (group, members) in where.items()}
 
 
 def tune(trace: Trace, comms: Communicators, default: ReplayResult) -> ReplayResult:
-    """Replay with the tuned configurations, then keep only the winners: a task whose tuned calls
-    cost more in the replay (sharing links with other calls) than NCCL's default goes back to it."""
+    """Replay with the tuned configurations and keep only the winners, as the live tuner does: a
+    task whose tuned calls cost more in the replay (sharing links with everything else) than
+    NCCL's default goes back to it and the trace is replayed again; if the iteration is still
+    slower, NCCL's default stays for every task."""
     configs = tuned_configs(trace, comms, default)
     tuned = replay(trace, comms.cluster, configs, comms=comms)
     sms = comms.cluster.gpu.sm_count
     before = {t.task: t for t in default.tasks}
-    losers = [t.task for t in tuned.tasks if t.task in configs and
-              call_cost(t.time_us, t.config.nchannels, t.exposed_fraction, sms) >
-              call_cost(before[t.task].time_us, before[t.task].config.nchannels, before[t.task].exposed_fraction, sms)]
-    if not losers:
-        return tuned
-    for task in losers:
-        del configs[task]
-    return replay(trace, comms.cluster, configs, comms=comms)
+    losers = [t.task for t in tuned.tasks
+              if t.task in configs and replayed_cost(t, sms) > replayed_cost(before[t.task], sms)]
+    if losers:
+        for task in losers:
+            del configs[task]
+        tuned = replay(trace, comms.cluster, configs, comms=comms)
+    if tuned.mean_iteration_us > default.mean_iteration_us:
+        return replace(default, notes=(*default.notes, "no tuned configuration shortened the iteration: "
+                                       "NCCL's default kept for every task"))
+    return tuned
 
 
 # ---- the report ----------------------------------------------------------------------------

@@ -8,8 +8,8 @@ replay saw them (sharing links with the rest of the iteration).
 
 from __future__ import annotations
 
-from tuner.config import Config
 from traces.summary import human_bytes
+from tuner.config import Config
 from twin.replay import TaskTimes
 from twin.whatif import ClusterReport, WhatIfReport
 

@@ -29,6 +29,7 @@ import simpy
 from traces.schema import CollectiveEvent, ComputeEvent, Trace
 from traces.task import Op, Task
 from tuner.config import Config
+from tuner.plan import Plan
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
 from twin.replay.comms import Communicators, ReplayError, Timed, members_of, task_of
 from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, ComputeTimer, compute_speed
@@ -290,12 +291,18 @@ def _call_keys(rank: int, events) -> dict[int, tuple]:
     return keys
 
 
+def plan_configs(plan: Plan) -> dict[Task, Config]:
+    """The best configuration of every task of a warm-start plan, as ``replay`` takes them."""
+    return {entry.task: entry.best.config for entry in plan.entries}
+
+
 def replay(trace: Trace, cluster, configs: dict[Task, Config] | None = None, *,
            comms: Communicators | None = None) -> ReplayResult:
     """Replay ``trace`` on ``cluster`` (rank r on GPU r).
 
     ``configs`` maps tasks (as ``Trace.tasks`` names them) to the configuration to run them
-    with; other tasks run with NCCL's default choice.  ``comms`` reuses the communicators of
+    with (``plan_configs`` reads them off a warm-start plan); other tasks run with NCCL's
+    default choice.  ``comms`` reuses the communicators of
     an earlier replay of the same trace on the same cluster.  Raises ``ReplayError`` when the
     cluster has fewer GPUs than the trace's world size or a call can never complete.
     """
