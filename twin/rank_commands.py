@@ -1,0 +1,83 @@
+"""``ccltwin rank``: the warm-start plan of a trace on a cluster.
+
+    ccltwin rank --trace job.json --topology dgx-h100 --nodes 2 -o plan.json [--env nccl.env]
+
+Prints one row per distinct task (best subspace and resources, predicted best and default times)
+and the per-process settings; writes the plan (docs/plan-format.md) and optionally the settings as
+an environment file. Errors go to stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traces.errors import TraceError
+from traces.trace_file import load_trace
+from tuner.export import write_env
+from tuner.plan import PlanEntry, PlanError, save_plan
+from twin.rank import rank_trace
+from twin.topology import TopologyError, load_cluster
+
+HEADER = (f"{'op':<13} {'size (B)':>12} {'ranks':>5} {'group':<6} {'calls/it':>8}  {'best subspace':<24} "
+          f"{'nc':>3} {'nt':>4} {'chunk':>8} {'best (us)':>10}  {'NCCL default':<24} {'default (us)':>12} "
+          f"{'speedup':>7}")
+
+
+def _row(e: PlanEntry) -> str:
+    t, b, d = e.task, e.best.config, e.default.config
+    return (f"{t.op:<13} {t.nbytes:>12} {t.nranks:>5} {t.group or '-':<6} {e.calls_per_iteration:>8.3g}  "
+            f"{b.subspace!s:<24} {b.nchannels:>3} {b.nthreads:>4} {b.chunk_bytes:>8} {e.best.time_us:>10.2f}  "
+            f"{d.subspace!s:<24} {e.default.time_us:>12.2f} {e.speedup:>6.2f}x")
+
+
+def _version(text: str) -> tuple[int, int, int]:
+    parts = text.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise typer.BadParameter(f"{text!r}: expected MAJOR.MINOR.PATCH, e.g. 2.28.9", param_hint="--nccl-version")
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def rank(
+    trace: Annotated[Path, typer.Option(help="A ccltwin trace file (see 'ccltwin trace import').")],
+    topology: Annotated[str, typer.Option(help="Preset name or cluster YAML file.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the plan (JSON).")],
+    nodes: Annotated[int | None, typer.Option(help="Override the preset's node count.")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="Use the first G GPUs of each node.")] = None,
+    nics_per_node: Annotated[int | None, typer.Option(help="Keep the first K NICs of each node.")] = None,
+    nic_gbps: Annotated[float | None, typer.Option(help="Line rate of every NIC, Gb/s.")] = None,
+    nccl_version: Annotated[str, typer.Option(help="NCCL release to model.")] = "2.28.9",
+    max_channels: Annotated[int | None, typer.Option(
+        help="Sweep channels up to N (default: each communicator's own channel count).")] = None,
+    env: Annotated[Path | None, typer.Option(help="Also write the per-process NCCL_* settings here.")] = None,
+) -> None:
+    """Rank NCCL's subspaces for every task of a trace and write the warm-start plan."""
+    try:
+        version = _version(nccl_version)
+        workload = load_trace(trace)
+        cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+                               nic_gbps=nic_gbps)
+        ranking = rank_trace(workload, cluster, nccl_version=version, max_channels=max_channels)
+    except (TraceError, TopologyError, PlanError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    plan, process = ranking.plan, ranking.process
+    save_plan(plan, output)
+    typer.echo(f"# ccltwin rank: {len(plan.entries)} tasks of {trace} on {plan.cluster}, NCCL {plan.nccl_version}; "
+               "predicted, not measured")
+    typer.echo("# " + HEADER)
+    for entry in plan.entries:
+        typer.echo("  " + _row(entry))
+    for note in ranking.notes:
+        typer.echo(f"# note: {note}")
+    settings = " ".join(f"{k}={v}" for k, v in process.settings.env().items())
+    typer.echo(f"# per-process settings: {settings}")
+    typer.echo(f"# predicted communication time per iteration: NCCL default {process.default_us:.1f} us, "
+               f"tuned per call {process.per_call_us:.1f} us, with the per-process settings "
+               f"{process.tuned_us:.1f} us")
+    typer.echo(f"wrote {output}")
+    if env is not None:
+        write_env(process.settings, env, title=f"ccltwin rank of {trace} on {plan.cluster}")
+        typer.echo(f"wrote {env}")
