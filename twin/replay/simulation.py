@@ -45,6 +45,7 @@ class _Call:
     """One collective call across its members."""
 
     key: tuple
+    group: str
     task: Task | None
     timed: Timed | None
     members: tuple[int, ...]
@@ -158,7 +159,7 @@ class _Replay:
         elif task.nranks > 1 and task.nbytes > 0:
             timed = self.comms.timed(task, event.group, members, self.configs.get(task))
         present = tuple(r for r in members if r in self.present)
-        call = _Call(key, task, timed, members, present, self.env.event())
+        call = _Call(key, event.group, task, timed, members, present, self.env.event())
         self.calls[key] = call
         return call
 
@@ -215,7 +216,7 @@ class _Replay:
             waiting = sorted(set(call.present) - set(call.arrived))
             rank = call.arrived[0]
             what = f"{call.task.op} of {call.task.nbytes} B" if call.task else "a collective of unknown size"
-            raise ReplayError(f"rank {rank} waits forever in {what} on group {call.key[0]!r}: "
+            raise ReplayError(f"rank {rank} waits forever in {what} on group {call.group!r}: "
                               f"rank(s) {waiting} never issue their matching call")
         stuck = [key for key, ev in self.done.items() if not ev.triggered]
         if stuck:
@@ -281,11 +282,11 @@ class _Replay:
 
 def _call_keys(rank: int, events) -> dict[int, tuple]:
     """Event id -> the call it joins: (group, k) for the k-th call of a group in issue order,
-    (group, lower rank, higher rank, k) for the k-th SendRecv of a pair."""
+    (None, lower rank, higher rank, k) for the k-th SendRecv between a pair (on any group)."""
     keys, seq = {}, defaultdict(int)
     for event in events:
         if isinstance(event, CollectiveEvent):
-            pair = (event.group, *sorted((rank, event.peer))) if event.op is Op.SENDRECV else (event.group,)
+            pair = (None, *sorted((rank, event.peer))) if event.op is Op.SENDRECV else (event.group,)
             keys[event.id] = (*pair, seq[pair])
             seq[pair] += 1
     return keys
