@@ -27,6 +27,8 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "nccl-tests"
 MIB = 1 << 20
 TIE = 0.03
+MODELLED_RELEASES = (2, 27, 0)
+DEFAULT_RELEASE = (2, 28, 9)
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,12 @@ class Run:
 
 
 FARMSHARE = str(HERE / "clusters" / "farmshare-l40s.yaml")
+ABCI = str(HERE / "clusters" / "abci-a.yaml")
 RUNS = {
-    # ABCI 2.0 node (A): DGX-A100-like, 4 HDR NICs per node, one MPI rank per GPU.
-    "abci-inter_anode-16gpu-2node-allreduce": Run("dgx-a100", nodes=2, nics_per_node=4),
-    "abci-inter_anode-16gpu-2node-broadcast": Run("dgx-a100", nodes=2, nics_per_node=4),
-    "abci-intra_anode-8gpu-1node-allreduce": Run("dgx-a100", nics_per_node=4),
+    # ABCI 2.0 node (A): 8 A100 on NVSwitch, Intel Xeon hosts, 4 HDR NICs per node, one MPI rank per GPU.
+    "abci-inter_anode-16gpu-2node-allreduce": Run(ABCI, nodes=2),
+    "abci-inter_anode-16gpu-2node-broadcast": Run(ABCI, nodes=2),
+    "abci-intra_anode-8gpu-1node-allreduce": Run(ABCI),
     # Azure ND H100 v5, single process driving 8 GPUs, NCCL_ALGO=NVLS.
     "azure-ndH100v5-8gpu-intranode-allreduce-NVLS-busbw-summary": Run(
         "dgx-h100", gpus_per_process=8, knobs={"algo": Algo.NVLS}),
@@ -80,12 +83,22 @@ def knobs_from_env(log: NcclTestsLog) -> dict:
     return knobs
 
 
+def nccl_release(log: NcclTestsLog) -> tuple[int, int, int]:
+    """The NCCL release whose choices the twin emulates: the file's, where the cost model knows
+    it (2.27 and later), else the default (2.28.9)."""
+    if log.nccl_version:
+        version = tuple(int(x) for x in log.nccl_version.split(".")[:3])
+        if version >= MODELLED_RELEASES:
+            return version  # type: ignore[return-value]
+    return DEFAULT_RELEASE
+
+
 def predict_file(path: Path) -> tuple[NcclTestsLog, list[tuple[int, float, float]]]:
     """(size, measured busbw, predicted busbw) for every row with a measurement."""
     log = read_nccl_tests(path)
     run = RUNS[path.stem]
     cluster = load_cluster(run.topology, nodes=run.nodes, nics_per_node=run.nics_per_node)
-    twin = Twin(cluster, log.nranks, gpus_per_process=run.gpus_per_process)
+    twin = Twin(cluster, log.nranks, gpus_per_process=run.gpus_per_process, nccl_version=nccl_release(log))
     knobs = {**knobs_from_env(log), **run.knobs}
     out = []
     for row in log.rows:
@@ -127,15 +140,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
     args = parser.parse_args()
-    print(f"{'file':<66} {'n≥1MiB':>6} {'err≥1MiB':>9} {'n<1MiB':>6} {'err<1MiB':>9}")
+    print(f"{'file':<66} {'n≥1MiB':>6} {'err≥1MiB':>9} {'n<1MiB':>6} {'err<1MiB':>9}  NCCL file/model")
     variants = {}
     for path in sorted(args.data.glob("*.txt")):
-        _, points = predict_file(path)
+        log, points = predict_file(path)
         big = median_error(points, lambda s: s >= MIB)
         small = median_error(points, lambda s: s < MIB)
         n_big = sum(s >= MIB for s, _, _ in points)
         fmt = lambda e: f"{e:8.1f}%" if e is not None else f"{'-':>9}"  # noqa: E731
-        print(f"{path.stem:<66} {n_big:>6} {fmt(big)} {len(points) - n_big:>6} {fmt(small)}")
+        release = ".".join(map(str, nccl_release(log)[:2]))
+        print(f"{path.stem:<66} {n_big:>6} {fmt(big)} {len(points) - n_big:>6} {fmt(small)}  "
+              f"{log.nccl_version or '?'}/{release}")
         for name in L40S_VARIANTS:
             if path.stem.endswith(f"allreduce-{name}"):
                 variants[name] = points

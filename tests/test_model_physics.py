@@ -8,8 +8,8 @@ from traces.task import Op
 from tuner.config import Algo, Config, Proto, Transport
 from twin.model.geometry import CommGeometry
 from twin.model.netpath import net_step_latency_us, proxy_overhead_us
-from twin.model.protocols import cta_copy_gbps, hop_latency_us
-from twin.model.schedule import build_schedule, memory_ops_per_byte
+from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
+from twin.model.schedule import build_schedule, memory_ops_per_byte, tree_cta_gbps, tree_split
 from twin.predict import Twin
 from twin.topology import load_cluster
 
@@ -147,3 +147,25 @@ def test_back_to_back_broadcasts_overlap_but_allreduces_do_not(a100_nodes):
     assert float(bcast.back_to_back_us()) < 0.5 * float(bcast.time_us())
     allreduce = build_schedule(geom, Op.ALLREDUCE, 4096, config)
     assert float(allreduce.back_to_back_us()) == float(allreduce.time_us())
+
+
+def test_flagged_stores_cross_pcie_in_sector_sized_packets():
+    # LL128 keeps its 120/128 payload on NVLink, but across PCIe every 32-byte sector is a TLP.
+    assert store_efficiency(Proto.LL128, "pcie") < 0.8 * store_efficiency(Proto.LL128, "nvlink")
+    assert store_efficiency(Proto.SIMPLE, "pcie") > 1.5 * store_efficiency(Proto.LL128, "pcie")
+    assert store_efficiency(Proto.LL, "pcie") < store_efficiency(Proto.LL128, "pcie")
+    # A NIC moves whole buffers by DMA, whatever the protocol's stores.
+    assert store_efficiency(Proto.LL128, "pcie", dma=True) > store_efficiency(Proto.LL128, "pcie")
+
+
+def test_a_tree_channel_is_as_fast_as_its_slower_thread_group():
+    up, down = tree_split(Proto.LL, 640)
+    assert up + down == 640 and up > 2 * down and up % 32 == 0
+    up, down = tree_split(Proto.SIMPLE, 640)
+    assert up == 384 and down == 256
+    for proto in (Proto.LL, Proto.LL128, Proto.SIMPLE):
+        tree = tree_cta_gbps(1555, proto, 640, 16, direct=False)
+        whole_cta = cta_copy_gbps(1555, proto, 640, 3.0)
+        assert tree < whole_cta
+    # LL's broadcast group has 30% of the threads, so a tree moves less per channel than a ring.
+    assert tree_cta_gbps(1555, Proto.LL, 640, 16, direct=False) < 0.5 * cta_copy_gbps(1555, Proto.LL, 640)

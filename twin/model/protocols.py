@@ -9,13 +9,14 @@ What the twin adds is the physics those tables summarise:
 
 * A store of ``s`` bytes crosses an NVLink or PCIe link as a packet with a header, so small
   stores waste bandwidth: efficiency ``s / (s + header)`` (a PCIe TLP costs about 24 bytes of
-  header and framing).
-* A channel is one CTA, and what limits a CTA is the memory operations it issues: every byte
-  it loads or stores, local or remote.  That rate grows with threads (more loads in flight)
-  and saturates at what one SM can move (a fixed share of the GPU's memory bandwidth);
-  polling flags costs LL and LL128 part of it.  How
-  many operations a payload byte costs depends on the algorithm's primitives (a plain send
-  loads once and stores once; a reduce loads twice), see ``memory_ops_per_byte``.
+  header and framing; LL and LL128's flagged stores cross PCIe one 32-byte sector at a time).
+* A channel is one CTA, and what limits a Simple or LL128 CTA is the memory operations it
+  issues: every byte it loads or stores, local or remote.  That rate grows with threads (more
+  loads in flight) and saturates at what one SM can move (a fixed share of the GPU's memory
+  bandwidth); LL128's flag synchronisation costs it a quarter.  How many operations a payload
+  byte costs depends on the algorithm's primitives (a plain send loads once and stores once; a
+  reduce loads twice), see ``schedule.memory_ops_per_byte``.  An LL CTA is bound by its polls
+  instead: one line per thread per memory round trip.
 * Every link kind delivers a fraction of its raw rate to bulk payload (flow control, CRC,
   encoding): ``LINK_EFFICIENCY``.
 """
@@ -28,8 +29,13 @@ PAYLOAD_FRACTION = {Proto.LL: 0.5, Proto.LL128: 120 / 128, Proto.SIMPLE: 1.0}
 """Data bytes per wire byte of each protocol's format."""
 
 STORE_BYTES = {Proto.LL: 128, Proto.LL128: 128, Proto.SIMPLE: 256}
-"""Bytes one packet carries: a warp's contiguous 16-byte LL stores combine into 128-byte writes,
-LL128 writes whole 128-byte lines, Simple fills full packets."""
+"""Bytes one NVLink packet carries: a warp's contiguous 16-byte LL stores combine into 128-byte
+writes, LL128 writes whole 128-byte lines, Simple fills full packets."""
+
+PCIE_FLAG_STORE_BYTES = 32
+"""LL and LL128 write with volatile stores, which leave the GPU one 32-byte sector at a time
+(the unit of every global-memory transaction, CUDA C++ Best Practices Guide, "Coalesced Access
+to Global Memory"); across PCIe each sector is one write TLP with its own ~24-byte header."""
 
 PACKET_HEADER_BYTES = {"nvlink": 16, "pcie": 24, "cpu": 24, "net": 0, "local": 0}
 """Per-packet overhead; the NIC moves whole buffers by RDMA, so the protocol's store size does
@@ -41,12 +47,11 @@ PCIe links in the topology already carry usable rates (NCCL's convention: 12 GB/
 x16, 24 for Gen4), so only the per-packet header is charged there."""
 
 HOP_LATENCY_US = {
-    # link kind: (LL, LL128, Simple) per step, from NCCL's hwLatencies (ring rows); NET adds the
-    # proxy thread's round trip.
+    # link kind: (LL, LL128, Simple) per step, from NCCL's hwLatencies (ring rows).  Network
+    # steps are built from the proxy path instead (``netpath``).
     "nvlink": (0.6, 1.9, 3.4),
     "pcie": (1.0, 2.5, 5.7),
     "cpu": (1.0, 2.5, 5.7),
-    "net": (5.0, 7.0, 14.0),
     "local": (0.0, 0.0, 0.0),
 }
 
@@ -69,10 +74,6 @@ so a channel moves ``nthreads × 8`` bytes per memory round trip whatever the pr
 on H200 (NCCL 2.28.9, 512 threads): 5.3 GB/s per channel sent by a 2-rank ring AllReduce
 (4.1-4.3 for AllGather and ReduceScatter)."""
 
-UNORDERED_LINK_PENALTY = {("pcie", Proto.LL128): 0.55}
-"""LL128 trusts 128-byte stores to land whole, which NVLink guarantees and PCIe does not: a line
-reaches the peer as several TLPs, the receiver re-polls, and throughput collapses (why NCCL
-enables LL128 only over NVLink; forced on L40S Gen4 it runs at about half of Simple's rate)."""
 
 ROOT_COMPLEX_P2P_EFFICIENCY = 0.72
 """Peer-to-peer TLPs forwarded by a CPU's root complex (GPUs with no PCIe switch between them,
@@ -100,8 +101,9 @@ def store_efficiency(proto: Proto, link_kind: str, *, dma: bool = False) -> floa
     """
     header = PACKET_HEADER_BYTES[link_kind]
     store = STORE_BYTES[Proto.SIMPLE if dma else proto]
-    penalty = 1.0 if dma else UNORDERED_LINK_PENALTY.get((link_kind, proto), 1.0)
-    return LINK_EFFICIENCY[link_kind] * store / (store + header) * PAYLOAD_FRACTION[proto] * penalty
+    if link_kind in ("pcie", "cpu") and proto is not Proto.SIMPLE and not dma:
+        store = PCIE_FLAG_STORE_BYTES
+    return LINK_EFFICIENCY[link_kind] * store / (store + header) * PAYLOAD_FRACTION[proto]
 
 
 def hop_latency_us(proto: Proto, link_kind: str) -> float:

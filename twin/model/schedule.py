@@ -142,9 +142,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     unit = LL_UNIT_BYTES.get(proto, chunk / 2)
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
-               extra_launch: float = 0.0) -> Schedule:
+               extra_launch: float = 0.0, cap=copy) -> Schedule:
         share = geom.share(pattern, nch, proto)
-        gbps = np.minimum(share.gbps * rate_scale, copy)
+        gbps = np.minimum(share.gbps * rate_scale, cap)
         grain = chunk
         if shape == "pipeline":
             # A rank forwards a chunk's first grain while the rest still arrives, so the pipeline
@@ -153,7 +153,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         loops = np.maximum(1, np.ceil(per_channel / (loop_bytes_per_chunk * grain)))
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
         return Schedule(shape, steps, loops, step_bytes, np.minimum(unit, step_bytes), gbps, share.step_us,
-                        launch + extra_launch, copy, scaled_links(share.links, rate_scale), pattern == "chain")
+                        launch + extra_launch, cap, scaled_links(share.links, rate_scale), pattern == "chain")
 
     if op in (Op.SENDRECV, Op.ALLTOALL):
         flows = [geom.flow(geom.ranks[0], geom.ranks[1])] if op is Op.SENDRECV else geom.pair_flows()
@@ -174,7 +174,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         return shaped("pipeline", "chain", n - 1, 1)  # Broadcast, Reduce
     if algo is Algo.TREE:
         depth = (geom.ppn - 1) + math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else geom.ppn - 1
-        return shaped("pipeline", "tree", 2 * max(depth, 1), 1)
+        cap = tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct) if op is Op.ALLREDUCE else copy
+        return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap)
     if algo is Algo.PAT:
         return shaped("rounds", "ring", max(1, math.ceil(math.log2(n))), n,
                       rate_scale=math.ceil(math.log2(n)) / (n - 1) if n > 1 else 1.0)
@@ -185,6 +186,37 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
     steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
     return shaped("pipeline", "tree", steps, 1)
+
+
+def tree_split(proto: Proto, nthreads):
+    """Threads of a tree AllReduce CTA that reduce on the way up and that broadcast on the way
+    down (``runTreeSplit``, ``all_reduce.h``): Simple halves them (64 more for the reduce from
+    256 each), LL and LL128 give the reduce 70%, in whole warps."""
+    if proto is Proto.SIMPLE:
+        up = nthreads // 2
+        up = np.where(up >= 256, up + 64, up)
+    else:
+        up = (nthreads * 7 // (10 * 32)) * 32
+    return up, nthreads - up
+
+
+def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: bool):
+    """Payload rate of a tree AllReduce channel: the slowest thread group on the chain.
+
+    A middle rank's reduce group receives, reduces and sends up (3 operations per byte) while its
+    broadcast group receives and sends down (3, or 2 direct); a leaf's groups send (2) and
+    receive (2, or nothing direct); with two ranks the root's whole CTA receives, reduces, keeps
+    and sends back (4).  LL polls every line whatever the primitive, so its rate follows the
+    group's threads alone.
+    """
+    up, down = tree_split(proto, nthreads)
+    if proto is Proto.LL:
+        return cta_copy_gbps(hbm_gbps, proto, np.minimum(up, down))
+    if nranks <= 2:
+        rate = np.minimum(cta_copy_gbps(hbm_gbps, proto, nthreads, 4.0), cta_copy_gbps(hbm_gbps, proto, up, 2.0))
+        return rate if direct else np.minimum(rate, cta_copy_gbps(hbm_gbps, proto, down, 2.0))
+    return np.minimum(cta_copy_gbps(hbm_gbps, proto, up, 3.0),
+                      cta_copy_gbps(hbm_gbps, proto, down, 2.0 if direct else 3.0))
 
 
 def memory_ops_per_byte(op: Op, algo: Algo, nranks: int, direct: bool = False) -> float:
@@ -212,7 +244,8 @@ def memory_ops_per_byte(op: Op, algo: Algo, nranks: int, direct: bool = False) -
     if algo in (Algo.RING, Algo.PAT) and op is Op.REDUCESCATTER:
         return (3 * n - 1) / (n - 1)
     if algo in (Algo.TREE, Algo.COLLNET_CHAIN) and op is Op.ALLREDUCE:
-        # Two ranks have no middle: the root receives, reduces, keeps and sends back (4).
+        # Two ranks have no middle: the root receives, reduces, keeps and sends back (4).  (A tree
+        # channel's rate comes from ``tree_cta_gbps``; this is its whole CTA's count.)
         return 4.0 if n == 2 else (5.0 if direct else 6.0)
     if op in (Op.BROADCAST, Op.REDUCE):
         return 3.0
