@@ -112,7 +112,7 @@ JUNK = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floa
                                                                                            st.integers(), max_size=2))
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_damaged_plan_gives_a_plan_error_or_a_valid_plan(tmp_path, data):
     """Replace or delete one field anywhere: load_plan either reads a valid plan or raises PlanError
@@ -138,7 +138,7 @@ def test_any_damaged_plan_gives_a_plan_error_or_a_valid_plan(tmp_path, data):
         assert isinstance(plan, Plan)
 
 
-@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=200))
 def test_any_bytes_give_a_plan_error(tmp_path, blob):
     file = tmp_path / "plan.json"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -278,6 +278,7 @@ def test_the_tuner_csv_reads_back_as_the_example_plugin_reads_it(tmp_path):
     assert any("point-to-point" in n for n in notes) and any("cannot tell" in n for n in notes)
 
 
+@settings(deadline=None)
 @given(st.lists(st.integers(0, 1 << 40), min_size=1, max_size=12, unique=True))
 def test_covering_rules_tile_every_size_and_keep_each_winner(sizes):
     winners = [live(nbytes=n, nchannels=1 + i) for i, n in enumerate(sizes)]
