@@ -365,6 +365,14 @@ def test_cli_generate_reports_a_bad_plan_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_cli_changing_a_degree_changes_the_world_size(tmp_path):
+    out = tmp_path / "phi2-dp2.json"
+    command = ["trace", "generate", "--preset", "autoccl-phi2", "-o", str(out), "--set", "dp=2"]
+    result = CliRunner().invoke(app, [*command, "--set", "micro_batches=1"])
+    assert result.exit_code == 0, result.output
+    assert load_trace(out).world_size == 16 and "world size 16" in result.output
+
+
 def test_cli_lists_presets():
     result = CliRunner().invoke(app, ["trace", "presets"])
     assert result.exit_code == 0

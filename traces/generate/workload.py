@@ -324,7 +324,10 @@ def load_workload(path: str | PathLike[str], overrides: dict[str, Any] | None = 
         model = _derived_model(spec, path)
     else:
         model = model_from_dict(spec, path, "model")
-    plan = plan_from_dict({**(doc.get("plan") or {}), **(overrides or {})}, path, "plan")
+    section = dict(doc.get("plan") or {})
+    if overrides and {"dp", "tp", "pp", "cp"} & set(overrides) and "world_size" not in overrides:
+        section.pop("world_size", None)  # the file's GPU count described the degrees being replaced
+    plan = plan_from_dict({**section, **(overrides or {})}, path, "plan")
     check_fit(model, plan, path)
     return Workload(top.text("name", Path(path).stem), model, plan, top.text("description", ""))
 
