@@ -128,7 +128,8 @@ def tune_process_settings(items: list[tuple[Twin, PlanEntry]], *, min_gain: floa
     infos: dict[int, dict] = {}
     tasks = []
     for twin, entry in items:
-        infos.setdefault(id(twin), _env_infos(twin))
+        if id(twin) not in infos:
+            infos[id(twin)] = _env_infos(twin)
         tasks.append(_Task(entry.calls_per_iteration, entry.default.time_us, _tables(twin, infos[id(twin)], entry)))
     state: dict = {"transport": Transport.P2P, **dict.fromkeys(CANDIDATES, 0)}
     choices = {"transport": tuple(Transport), **{k: range(len(v)) for k, v in CANDIDATES.items()}}
