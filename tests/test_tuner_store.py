@@ -138,7 +138,7 @@ def test_a_killed_writer_loses_no_acknowledged_row(tmp_path, batch):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(batch)], stdout=subprocess.PIPE,
                               env=env, text=True)
-    acked = []
+    acked, reader = [], None
     try:
         while len(acked) < 25:
             line = writer.stdout.readline()
@@ -155,7 +155,8 @@ def test_a_killed_writer_loses_no_acknowledged_row(tmp_path, batch):
         writer.kill()
         writer.wait()
         writer.stdout.close()
-        reader.close()
+        if reader is not None:
+            reader.close()
     with Store(path, create=False) as store:
         assert store.integrity_check() == "ok"
         assert store.journal_mode == "wal"
@@ -356,3 +357,8 @@ def test_store_commands_fail_with_one_line_naming_the_file(tmp_path):
     result = runner.invoke(app, ["store", "export", str(db), "--csv", str(tmp_path / "x.conf")])
     assert result.exit_code == 2 and "give --hardware" in result.output and "'a', 'b'" in result.output
     assert not (tmp_path / "x.conf").exists()
+    synthetic = ROOT / "tests" / "data" / "traces" / "nccl-tests-all_gather-2x4-synthetic.json"
+    result = runner.invoke(app, ["store", "import", str(db), str(synthetic)])
+    assert result.exit_code == 2 and f"{synthetic}: the log has no '# HARDWARE:' line" in result.output
+    result = runner.invoke(app, ["store", "import", str(db), str(synthetic), "--hardware", "dgx"])
+    assert result.exit_code == 0 and "added" in result.output

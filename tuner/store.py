@@ -13,8 +13,8 @@ How that is guaranteed:
   SQLite discards on the next open.
 * **synchronous=FULL**: each commit waits for the WAL to reach the disk, so a committed
   measurement survives an OS crash or power loss, not only a killed process (``NORMAL``
-  guarantees the latter only). Live measurements cost seconds of a training job each, and one
-  fsync per commit (about a millisecond) is nothing next to that; bulk loads use ``add_many``
+  guarantees the latter only). A live measurement costs iterations of a training job, and one
+  fsync per commit (a few milliseconds) is small next to that; bulk loads use ``add_many``
   (one transaction, one fsync).
 * The history insert and the best upsert share one ``BEGIN IMMEDIATE`` transaction.
 
