@@ -7,24 +7,32 @@ per file, the median absolute % error of busbw for sizes ≥ 1 MiB and < 1 MiB; 
 L40S PCIe files with forced Ring/Tree and LL/LL128/Simple, how often the predicted order of the
 variants matches the measured one (pairs measured within 3% of each other count as ties).
 
+Then the same errors against this workplace's own measurements on 2 H200 GPUs
+(``data/h200x2-allreduce.json``, made by ``nccl_sweep.py``: a machine no constant was set from
+except ``LL_OP_US`` and ``PROTO_COPY_FACTOR``, which come from ``data/h200x2-channels.json``),
+timed from CUDA graphs, so without host launch costs.
+
     python benchmarks/accuracy.py [--data DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
 from traces.nccl_tests import NcclTestsLog, read_nccl_tests
+from traces.task import Op
 from tuner.config import Algo, Proto, parse_enum
 from twin.predict import Twin
 from twin.topology import load_cluster
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent.parent / "shared" / "data" / "nccl-tests"
+H200 = HERE / "data" / "h200x2-allreduce.json"
 MIB = 1 << 20
 TIE = 0.03
 MODELLED_RELEASES = (2, 27, 0)
@@ -111,6 +119,26 @@ def predict_file(path: Path) -> tuple[NcclTestsLog, list[tuple[int, float, float
     return log, out
 
 
+def predict_h200(path: Path = H200) -> dict[str, list[tuple[int, float, float]]]:
+    """(size, measured busbw, predicted busbw) per NCCL_ALGO/NCCL_PROTO variant of our H200 sweep."""
+    doc = json.loads(path.read_text())
+    twin = Twin(load_cluster(doc["topology"]), doc["nranks"], gpus_per_process=doc["gpus_per_process"],
+                nccl_version=tuple(int(x) for x in doc["nccl_version"].split(".")))
+    out = {}
+    for name, run in doc["runs"].items():
+        knobs = {}
+        if "NCCL_ALGO" in run["env"]:
+            knobs["algo"] = parse_enum(Algo, run["env"]["NCCL_ALGO"])
+        if "NCCL_PROTO" in run["env"]:
+            knobs["proto"] = parse_enum(Proto, run["env"]["NCCL_PROTO"])
+        points = []
+        for row in run["rows"]:
+            p = twin.predict(Op.ALLREDUCE, row["nbytes"], **knobs)
+            points.append((row["nbytes"], p.task.busbw_gbps(row["graph_us"]), p.busbw_gbps))
+        out[name] = points
+    return out
+
+
 def median_error(points, keep) -> float | None:
     errors = [abs(pred - meas) / meas * 100 for size, meas, pred in points if keep(size)]
     return statistics.median(errors) if errors else None
@@ -157,6 +185,13 @@ def main() -> None:
     matched, total = order_agreement(variants)
     print(f"\nL40S PCIe variants ({', '.join(variants)}): predicted order matches measured at "
           f"{matched}/{total} sizes ({matched / total:.0%}); pairs within {TIE:.0%} count as ties")
+    print(f"\n{'2x H200 NVLink (this workplace, CUDA-graph timed)':<66} {'n≥1MiB':>6} {'err≥1MiB':>9} "
+          f"{'n<1MiB':>6} {'err<1MiB':>9}")
+    for name, points in predict_h200().items():
+        big = median_error(points, lambda s: s >= MIB)
+        small = median_error(points, lambda s: s < MIB)
+        n_big = sum(s >= MIB for s, _, _ in points)
+        print(f"{'h200x2-allreduce-' + name:<66} {n_big:>6} {big:8.1f}% {len(points) - n_big:>6} {small:8.1f}%")
 
 
 if __name__ == "__main__":

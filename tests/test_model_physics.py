@@ -1,6 +1,8 @@
 """The physical mechanisms of the twin's model: network steps, paths, channels' CTAs, back-to-back calls."""
 
+import json
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ from twin.predict import Twin
 from twin.topology import load_cluster
 
 MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +113,9 @@ def test_a_cta_moves_less_payload_when_each_byte_costs_more_operations():
     assert slow < fast
     assert cta_copy_gbps(4800, Proto.SIMPLE, 544, 3) > cta_copy_gbps(1555, Proto.SIMPLE, 544, 3)
     assert cta_copy_gbps(1555, Proto.SIMPLE, 544) > cta_copy_gbps(1555, Proto.SIMPLE, 128)
-    # LL is bound by its polls: rate grows with threads, whatever the primitive costs.
-    assert cta_copy_gbps(1555, Proto.LL, 512, 4) == pytest.approx(2 * cta_copy_gbps(1555, Proto.LL, 256, 2))
+    # LL handles one line per thread at a time: its rate grows linearly with threads.
+    assert cta_copy_gbps(1555, Proto.LL, 512, 4) == pytest.approx(2 * cta_copy_gbps(1555, Proto.LL, 256, 4))
+    assert cta_copy_gbps(1555, Proto.LL, 512, 5) < cta_copy_gbps(1555, Proto.LL, 512, 4)
 
 
 def test_one_process_per_gpu_moves_less_than_one_process_driving_all():
@@ -168,4 +172,24 @@ def test_a_tree_channel_is_as_fast_as_its_slower_thread_group():
         whole_cta = cta_copy_gbps(1555, proto, 640, 3.0)
         assert tree < whole_cta
     # LL's broadcast group has 30% of the threads, so a tree moves less per channel than a ring.
-    assert tree_cta_gbps(1555, Proto.LL, 640, 16, direct=False) < 0.5 * cta_copy_gbps(1555, Proto.LL, 640)
+    assert tree_cta_gbps(1555, Proto.LL, 640, 16, direct=False) < 0.5 * cta_copy_gbps(1555, Proto.LL, 640, 3.0)
+
+
+def test_cta_model_matches_channels_measured_on_h200():
+    """Real measurements (benchmarks/data/h200x2-channels.json): 2 H200s, NCCL 2.28.9, 1-4 channels,
+    where the channels' CTAs rather than NVLink set the pace."""
+    data = json.loads((ROOT / "benchmarks" / "data" / "h200x2-channels.json").read_text())
+    threads = {"simple": 544, "simple256": 288, "ll128": 640, "ll": 512}  # NCCL's, +32 sync for Simple
+    protos = {"simple": Proto.SIMPLE, "simple256": Proto.SIMPLE, "ll128": Proto.LL128, "ll": Proto.LL}
+    ops = {"allreduce": Op.ALLREDUCE, "allgather": Op.ALLGATHER, "reducescatter": Op.REDUCESCATTER}
+    checked = 0
+    for run, body in data["runs"].items():
+        rows = [r for r in body["rows"] if r["kind"] == "bandwidth" and r["nchannels"] <= 4]
+        for r in rows:
+            per_byte = memory_ops_per_byte(ops[r["op"]], Algo.RING, 2)
+            model = cta_copy_gbps(4800, protos[run], threads[run], per_byte)
+            assert model == pytest.approx(r["sent_gbps_per_channel"], rel=0.2), (run, r)
+            checked += 1
+        by_op = {r["op"]: r["sent_gbps_per_channel"] for r in rows if r["nchannels"] == 1}
+        assert by_op["allreduce"] > by_op["allgather"]  # 4 operations per byte sent against 5
+    assert checked == 4 * 3 * 3

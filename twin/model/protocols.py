@@ -15,8 +15,8 @@ What the twin adds is the physics those tables summarise:
   loads in flight) and saturates at what one SM can move (a fixed share of the GPU's memory
   bandwidth); LL128's flag synchronisation costs it a quarter.  How many operations a payload
   byte costs depends on the algorithm's primitives (a plain send loads once and stores once; a
-  reduce loads twice), see ``schedule.memory_ops_per_byte``.  An LL CTA is bound by its polls
-  instead: one line per thread per memory round trip.
+  reduce loads twice), see ``schedule.memory_ops_per_byte``.  An LL CTA handles one line per
+  thread at a time, so its rate grows linearly with threads, at a fixed time per operation.
 * Every link kind delivers a fraction of its raw rate to bulk payload (flow control, CRC,
   encoding): ``LINK_EFFICIENCY``.
 """
@@ -67,12 +67,13 @@ each warp synchronised on its flag thread.  Measured on H200 (NCCL 2.28.9, 2-ran
 channels, ``benchmarks/nccl_channels.py``): 0.74-0.83 of Simple for AllReduce, AllGather and
 ReduceScatter."""
 
-LL_PASS_US = 0.77
-"""One pass of an LL CTA: every thread polls one 16-byte line (8 data bytes) until its flag is
-valid, then reduces and forwards it, and cannot start its next line before that load returns,
-so a channel moves ``nthreads × 8`` bytes per memory round trip whatever the primitive.  Measured
-on H200 (NCCL 2.28.9, 512 threads): 5.3 GB/s per channel sent by a 2-rank ring AllReduce
-(4.1-4.3 for AllGather and ReduceScatter)."""
+LL_OP_US = 0.19
+"""An LL thread handles one 16-byte line (8 data bytes) at a time: it polls the line until its
+flag is valid, then loads, reduces and stores what the primitive needs, and only then takes its
+next line.  So a channel moves ``nthreads × 8`` bytes per pass, and a pass lasts this long per
+memory operation of the primitive (rate linear in threads, no saturation).  Measured on H200
+(NCCL 2.28.9, 512 threads, ``benchmarks/nccl_channels.py``): a 2-rank ring sends 5.3 GB/s per
+channel for AllReduce (4 operations per byte), 4.1-4.3 for AllGather and ReduceScatter (5)."""
 
 
 ROOT_COMPLEX_P2P_EFFICIENCY = 0.72
@@ -113,8 +114,8 @@ def hop_latency_us(proto: Proto, link_kind: str) -> float:
 def cta_copy_gbps(hbm_gbps: float, proto: Proto, nthreads, ops_per_byte: float = 2.0):
     """Payload rate of one channel's CTA with ``nthreads`` threads (scalar or numpy array) on a
     GPU with ``hbm_gbps`` of memory bandwidth, when each payload byte costs ``ops_per_byte``
-    bytes of loads and stores (2 for a plain copy).  LL is bound by its polls instead."""
+    bytes of loads and stores (2 for a plain copy).  LL is bound by its one-line passes."""
     if proto is Proto.LL:
-        return nthreads * 8 / (LL_PASS_US * 1e3)
+        return nthreads * 8 / (LL_OP_US * 1e3 * ops_per_byte)
     peak = CTA_HBM_SHARE * hbm_gbps * PROTO_COPY_FACTOR[proto] / ops_per_byte
     return peak * nthreads / (nthreads + THREADS_AT_HALF_RATE)

@@ -26,9 +26,9 @@ from tuner.config import Algo, Config, Proto
 from twin.model.geometry import CommGeometry, LinkUse
 from twin.model.protocols import EXTRA_GPU_LAUNCH_US, LAUNCH_US, cta_copy_gbps
 
-LL_UNIT_BYTES = {Proto.LL: 0, Proto.LL128: 120 * 32}
-"""LL/LL128 cut-through grain beyond the hop latency: LL's hop latency already is one pass of
-polled lines (``LL_PASS_US``); LL128 forwards what one warp wrote."""
+LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
+"""LL/LL128 cut-through grain: what one warp writes before the receiver can act on it (LL: eight
+8-byte lines per lane, NCCL_LL_LINES_PER_THREAD)."""
 
 ALGORITHMS_FOR_OP = {
     Op.ALLREDUCE: (Algo.RING, Algo.TREE, Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN),
@@ -134,8 +134,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                  *, gpus_per_process: int = 1) -> Schedule:
     """``build_schedule`` without the support check, with ``nthreads``/``chunk`` scalars or arrays."""
     n = geom.nranks
-    # One process driving every GPU of the node lets NCCL write straight into peers' buffers.
-    direct = geom.nnodes == 1 and gpus_per_process >= geom.ppn
+    # One process driving every GPU of the node lets NCCL write straight into peers' buffers
+    # (Simple and LL128; LL always goes through its flagged lines).
+    direct = geom.nnodes == 1 and gpus_per_process >= geom.ppn and proto is not Proto.LL
     copy = cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, memory_ops_per_byte(op, algo, n, direct))
     launch = LAUNCH_US[proto] + EXTRA_GPU_LAUNCH_US * (gpus_per_process - 1)
     per_channel = nbytes / nch
@@ -206,12 +207,9 @@ def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: 
     A middle rank's reduce group receives, reduces and sends up (3 operations per byte) while its
     broadcast group receives and sends down (3, or 2 direct); a leaf's groups send (2) and
     receive (2, or nothing direct); with two ranks the root's whole CTA receives, reduces, keeps
-    and sends back (4).  LL polls every line whatever the primitive, so its rate follows the
-    group's threads alone.
+    and sends back (4).
     """
     up, down = tree_split(proto, nthreads)
-    if proto is Proto.LL:
-        return cta_copy_gbps(hbm_gbps, proto, np.minimum(up, down))
     if nranks <= 2:
         rate = np.minimum(cta_copy_gbps(hbm_gbps, proto, nthreads, 4.0), cta_copy_gbps(hbm_gbps, proto, up, 2.0))
         return rate if direct else np.minimum(rate, cta_copy_gbps(hbm_gbps, proto, down, 2.0))
