@@ -2,7 +2,9 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from test_replay import TraceBuilder
 from typer.testing import CliRunner
 
 from ccltwin import app
@@ -10,10 +12,13 @@ from traces import read_chakra, read_flight_recorder
 from traces.generate import generate, workload
 from traces.task import Op, Task
 from traces.trace_file import save_trace
+from tuner.candidates import Candidates
 from tuner.plan import load_plan, save_plan
-from tuner.space import ConfigSpace
+from tuner.space import ConfigSpace, ResourceGrid
+from twin.fastpath import sweep_subspace
 from twin.predict import Twin
 from twin.rank import comm_facts, rank_tasks, rank_trace
+from twin.replay import replay
 from twin.topology import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,16 +64,47 @@ def test_every_task_of_a_real_trace_gets_an_ordered_entry_no_slower_than_the_def
     assert plan.cluster.startswith("l40s-pcie") and plan.nccl_version == "2.28.9"
 
 
-def test_a_generated_workload_is_placed_as_torchrun_places_ranks(phi2_small, tmp_path):
+def test_every_group_runs_on_the_gpus_of_its_ranks_as_in_the_replay(phi2_small, tmp_path):
+    """Rank r runs on GPU r: the DP pair (ranks 0 and 2) spans both nodes, one GPU each; the TP pair
+    (ranks 0 and 1) shares a node. The replay places the same communicators, so its NCCL defaults
+    and their times alone are the plan's."""
     trace, ranking = phi2_small
     assert {e.task: e.calls_per_iteration for e in ranking.plan.entries} == trace.tasks()
-    assert any("'dp:0' (ranks 0,2)" in n and "1x2" in n for n in ranking.notes)
-    assert any("'tp:0' (ranks 0,1)" in n and "2x1" in n for n in ranking.notes)
+    cluster = load_cluster("a40-nvlink-pairs", gpus_per_node=2)
+    twins = {"dp:0": Twin(cluster.subset(nodes=2, gpus_per_node=1)), "tp:0": Twin(cluster.subset(nodes=1))}
+    for entry in ranking.plan.entries:
+        twin = twins[entry.task.group]
+        default = twin.predict(entry.task.op, entry.task.nbytes)
+        assert (default.config, default.time_us) == (entry.default.config, pytest.approx(entry.default.time_us))
+        c = entry.best.config
+        again = twin.predict(entry.task.op, entry.task.nbytes, algo=c.algo, proto=c.proto, transport=c.transport,
+                             nchannels=c.nchannels, nthreads=c.nthreads, chunk_bytes=c.chunk_bytes)
+        assert again.time_us == pytest.approx(entry.best.time_us)
+    dp = next(e for e in ranking.plan.entries if e.task.group == "dp:0")
+    assert all(r.subspace.transport.value == "p2p" for r in dp.ranked)  # one GPU per node: no transport choice
+    replayed = {t.task: t for t in replay(trace, cluster).tasks}
+    for entry in ranking.plan.entries:
+        assert replayed[entry.task].config == entry.default.config
+        assert replayed[entry.task].alone_us == pytest.approx(entry.default.time_us)
     path = tmp_path / "plan.json"
     save_plan(ranking.plan, path)
     assert load_plan(path) == ranking.plan
-    dp = next(e for e in ranking.plan.entries if e.task.group == "dp:0")
-    assert all(r.subspace.transport.value == "p2p" for r in dp.ranked)  # one GPU per node: no transport choice
+
+
+def test_a_trace_of_representative_ranks_places_absent_members_across_nodes():
+    """The bundled traces keep one rank per stage: a data-parallel group of ranks 0 and 8 still
+    spans two nodes of eight, though rank 8 is not in the trace."""
+    b = TraceBuilder(16, {"dp": (0, 8), "tp": tuple(range(8))})
+    b.call(0, Op.ALLREDUCE, 64 << 20, "dp")
+    b.call(0, Op.ALLGATHER, 8 << 20, "tp")
+    cluster = load_cluster("dgx-a100", nodes=2)
+    ranking = rank_trace(b.trace(), cluster)
+    dp = next(e for e in ranking.plan.entries if e.task.group == "dp")
+    across = Twin(cluster.subset(nodes=2, gpus_per_node=1)).predict(Op.ALLREDUCE, 64 << 20)
+    within = Twin(cluster.subset(nodes=1, gpus_per_node=2)).predict(Op.ALLREDUCE, 64 << 20)
+    assert dp.default.time_us == pytest.approx(across.time_us)
+    assert dp.default.time_us > 2 * within.time_us  # the network, not NVLink
+    assert {e.task.nranks for e in ranking.plan.entries} == {2, 8}
 
 
 def test_per_process_settings_never_predict_slower_than_nccls_defaults(phi2_small, resnet_ranking):
@@ -78,6 +114,33 @@ def test_per_process_settings_never_predict_slower_than_nccls_defaults(phi2_smal
                                                        for e in ranking.plan.entries))
         assert process.tuned_us <= process.per_call_us <= process.default_us * (1 + 1e-9)
         assert ranking.plan.process == process.settings
+
+
+@pytest.mark.parametrize("preset,gpus,op,nbytes", [("l40s-pcie", 2, Op.ALLREDUCE, 3 << 20),
+                                                   ("a40-nvlink-pairs", 4, Op.ALLGATHER, 80_000_000),
+                                                   ("dgx-h100", 8, Op.REDUCESCATTER, 1 << 16)])
+def test_the_sweep_times_every_grid_point_as_the_schedule_alone_does(preset, gpus, op, nbytes):
+    """The vectorised sweep (all thread counts and chunks of a channel count at once) gives each
+    point the time of its own schedule, in ``tuner.candidates`` order, and its best is the least."""
+    twin = Twin(load_cluster(preset, nodes=1, gpus_per_node=gpus))
+    space = ConfigSpace(Task(op, nbytes, gpus), comm_facts(twin))
+    rng = np.random.default_rng(7)
+    for s in space.subspaces:
+        full = space.grid(s)
+        grid = ResourceGrid(full.nchannels[:6], full.nthreads, full.chunks)
+        sweep = sweep_subspace({s.transport: twin.geometry(s.transport)}, op, nbytes, s, grid)
+        candidates = Candidates(s, grid)
+        assert sweep.flat.shape == (candidates.size,) and np.isfinite(sweep.flat).all()
+        for i in rng.choice(candidates.size, 25, replace=False):
+            config = candidates.config(int(i))
+            assert sweep.config(int(i)) == config
+            assert sweep.flat[i] == pytest.approx(float(twin.schedule(twin.task(op, nbytes), config).time_us()),
+                                                  rel=1e-12)
+        config, time_us = sweep.best()
+        assert time_us == sweep.flat.min() and sweep.flat[candidates.index(config)] == time_us
+        nt = config.nthreads
+        assert sweep.times[nt].shape == (len(grid.nchannels), len(grid.chunks[nt]))
+        assert sweep.best(objective=-sweep.flat)[1] == sweep.flat.max()
 
 
 def test_one_rank_groups_and_empty_messages_are_left_out_with_a_note():
@@ -106,11 +169,14 @@ def test_rank_command_writes_the_plan_and_the_environment(tmp_path):
     assert "NCCL_P2P_DISABLE=" in env.read_text()
 
 
-def test_rank_command_says_when_the_cluster_is_too_small(phi2_small, tmp_path):
+def test_rank_command_sizes_the_cluster_to_the_trace_or_says_it_is_too_small(phi2_small, tmp_path):
     trace = tmp_path / "phi2.json"
     save_trace(phi2_small[0], trace)
-    result = runner.invoke(app, ["rank", "--trace", str(trace), "--topology", "dgx-h100", "--gpus-per-node", "2",
-                                 "-o", str(tmp_path / "plan.json")])
-    assert result.exit_code == 2
-    assert "needs 2 node(s) of 1 GPUs" in result.output and "--nodes" in result.output
-    assert not (tmp_path / "plan.json").exists()
+    args = ["rank", "--trace", str(trace), "--topology", "dgx-h100", "--gpus-per-node", "2"]
+    sized = runner.invoke(app, [*args, "-o", str(tmp_path / "plan.json")])
+    assert sized.exit_code == 0, sized.output
+    assert load_plan(tmp_path / "plan.json").cluster.startswith("dgx-h100 2x2")
+    small = runner.invoke(app, [*args, "--nodes", "1", "-o", str(tmp_path / "small.json")])
+    assert small.exit_code == 2
+    assert "needs 4 GPUs" in small.output and "use at least 2 nodes" in small.output
+    assert not (tmp_path / "small.json").exists()

@@ -11,7 +11,8 @@ from tuner.plan import Plan, PlanEntry, RankedSubspace
 from tuner.process_knobs import ProcessSettings
 from twin.hardware import gpu_spec
 from twin.predict import Twin
-from twin.replay import ReplayError, plan_configs, replay
+from twin.replay import Communicators, ReplayError, plan_configs, replay
+from twin.replay.comms import cluster_for
 from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, roofline_us
 from twin.topology import load_cluster
 
@@ -203,8 +204,10 @@ def test_a_single_collective_replays_at_the_fast_path_time(a100x2, op, nbytes, n
     assert task.busbw_gbps == pytest.approx(Task(op, nbytes, nranks).busbw_gbps(fast), rel=0.02)
 
 
-def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace(a100x2):
-    """Only rank 0 and rank 8 (one per node) are in the trace, as a generator's representative ranks."""
+def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace():
+    """Only rank 0 and rank 8 (one per node) are in the trace, as a generator's representative ranks;
+    two NICs per node, so each carries four data-parallel groups."""
+    a100x2 = load_cluster("dgx-a100", nodes=2, nics_per_node=2)
     full = dp_tp_trace(nodes=2, layers=2)
     kept = tuple(r for r in full.ranks if r.rank in (0, 8))
     partial = Trace(full.world_size, full.groups, kept, "test", full.metadata)
@@ -216,8 +219,8 @@ def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace(a100x2):
     # TP calls wait only for the member present; they take what they take alone (NVLink, nothing shared).
     tp = next(t for t in some.tasks if t.task.group == "tp0")
     assert tp.time_us == pytest.approx(alone_us(a100x2, 8, Op.ALLREDUCE, 8 << 20), rel=1e-9)
-    # The gradient all-reduce of dp0 shares the NICs with the seven other data-parallel groups, absent
-    # from the trace, exactly as it does when every rank is replayed.
+    # The gradient all-reduce of dp0 shares its NIC with three other data-parallel groups, absent from
+    # the trace, exactly as it does when every rank is replayed.
     dp0 = {t.task.group: t for t in some.tasks}["dp0"]
     assert dp0.time_us > 1.5 * dp0.alone_us
     assert dp0.time_us == pytest.approx({t.task.group: t for t in whole.tasks}["dp0"].time_us, rel=1e-3)
@@ -227,6 +230,28 @@ def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace(a100x2):
 def test_a_cluster_too_small_for_the_trace_is_refused(h100):
     with pytest.raises(ReplayError, match=r"needs 16 GPUs; dgx-h100 has 8 .* at least 2 nodes"):
         replay(dp_tp_trace(nodes=2, layers=1), h100)
+
+
+def test_each_task_runs_on_the_communicator_of_its_ranks_sized_to_the_trace():
+    """Rank r on GPU r: TP groups stay in a node, DP groups cross both; a SendRecv runs between its
+    pair's GPUs on its group's communicator; a preset grows to the nodes the trace needs."""
+    b = TraceBuilder(16, {"tp0": tuple(range(8)), "dp0": (0, 8), "pp": (0, 8)})
+    b.call(0, Op.ALLREDUCE, 1 << 20, "tp0")
+    for rank in (0, 8):
+        b.call(rank, Op.ALLREDUCE, 1 << 20, "dp0")
+    b.call(0, Op.SENDRECV, 1 << 20, "pp", peer=8)
+    b.call(8, Op.SENDRECV, 1 << 20, "pp", peer=0)
+    trace = b.trace()
+    cluster = cluster_for(trace, "dgx-a100")
+    assert (cluster.nodes, cluster.gpus_per_node) == (2, 8)
+    assert cluster_for(trace, "dgx-a100", nodes=3).nodes == 3
+    comms = Communicators(trace, cluster)
+    placed = comms.task_comms()
+    assert set(placed) == set(trace.tasks())
+    shape = {t.op if t.group != "dp0" else "dp": (c.geometry().nranks, c.geometry().nnodes) for t, c in placed.items()}
+    assert shape == {Op.ALLREDUCE: (8, 1), "dp": (2, 2), Op.SENDRECV: (2, 2)}
+    sendrecv = next(c for t, c in placed.items() if t.op is Op.SENDRECV)
+    assert sendrecv.members == (0, 8) and sendrecv.nccl is comms.info(comms.comm_gpus("pp"))
 
 
 def test_a_sendrecv_without_its_partner_call_is_reported(h100):

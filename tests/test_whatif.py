@@ -11,7 +11,12 @@ from typer.testing import CliRunner
 from ccltwin import app
 from traces.task import Op
 from traces.trace_file import load_trace, save_trace
-from twin.whatif import PRICE_PER_GPU_HOUR
+from tuner.config import Transport
+from tuner.space import CHANNEL_FIELD_MAX
+from twin.rank import call_cost, rank_task
+from twin.replay import Communicators, replay
+from twin.topology import load_cluster
+from twin.whatif import PRICE_PER_GPU_HOUR, tuned_config, tuned_configs
 from twin.whatif_commands import _default_trace
 
 runner = CliRunner()
@@ -87,6 +92,25 @@ def test_tuned_configurations_never_cost_more_than_nccls_default(report):
         for task in cluster["tasks"]:
             if task["tuned"]["chosen_by"] == "given":
                 assert task["tuned"]["config"] != task["default"]["config"]
+
+
+def test_the_tuned_search_is_the_warm_start_ranking_weighed_by_what_compute_hides():
+    trace = data_parallel_trace().trace()
+    cluster = load_cluster("dgx-a100")
+    comms = Communicators(trace, cluster)
+    default = replay(trace, cluster, comms=comms)
+    big = next(t for t in default.tasks if t.task.nbytes == 128 << 20)
+    comm = comms.task_comms()[big.task]
+    ranked = rank_task(comm, big.task, transports=(Transport.P2P,), max_channels=CHANNEL_FIELD_MAX)
+    exposed = tuned_config(comm, big.task)  # nothing hidden: the plan's fastest, unless it is NCCL's default
+    assert exposed == (None if ranked.best.config == ranked.default.config else ranked.best.config)
+    hidden = tuned_config(comm, big.task, hidden_us=1e9)  # all hidden: its SMs are what a call costs
+    sms = cluster.gpu.sm_count
+    assert hidden.nchannels < exposed.nchannels
+    assert (call_cost(comms.schedule(comm.members, big.task, hidden).time_us(), hidden.nchannels, 1e9, sms)
+            < call_cost(ranked.default.time_us, ranked.default.config.nchannels, 1e9, sms))
+    configs = tuned_configs(comms, default)
+    assert all(configs[t.task] != t.config for t in default.tasks if t.task in configs)
 
 
 def test_cost_follows_the_price_and_the_tokens(report):

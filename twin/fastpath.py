@@ -1,13 +1,15 @@
 """The closed-form engine over a whole search space at once.
 
 For one task, every subspace and every ⟨NC, NT, C⟩ of its resource grid: the geometry is
-solved once per (subspace, NC) and the schedule formula runs as numpy over all chunk sizes of
-each thread count.
+solved once per (subspace, NC), and the schedule formula runs as numpy over every
+(thread count, chunk size) pair of the grid at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import pairwise
 
 import numpy as np
 
@@ -20,25 +22,58 @@ from twin.model.schedule import Unsupported, check_supported, schedule_for
 
 @dataclass(frozen=True)
 class SubspaceSweep:
-    """Predicted times (µs) of every grid point of one subspace; ``times[nt][i_nc, i_chunk]``."""
+    """Predicted times (µs) of every grid point of one subspace.
+
+    ``flat[i]`` is point ``i`` in ``tuner.candidates`` order (thread count, then channels, then
+    chunk size); ``times[nt][i_nc, i_chunk]`` views the points of one thread count.
+    """
 
     subspace: Subspace
     grid: ResourceGrid
-    times: dict[int, np.ndarray]
+    flat: np.ndarray
 
     @property
     def size(self) -> int:
         return self.grid.size
 
-    def best(self) -> tuple[Config, float]:
-        """The fastest grid point and its time."""
-        best_nt = min(self.times, key=lambda nt: float(self.times[nt].min()))
-        t = self.times[best_nt]
-        i_nc, i_chunk = np.unravel_index(int(np.argmin(t)), t.shape)
-        s = self.subspace
-        config = Config(s.algo, s.proto, s.transport, int(self.grid.nchannels[i_nc]), best_nt,
-                        int(self.grid.chunks[best_nt][i_chunk]))
-        return config, float(t[i_nc, i_chunk])
+    @cached_property
+    def _blocks(self) -> list[tuple[int, int, int]]:
+        """``(nt, first index, chunk count)`` of each thread count's block of ``flat``."""
+        out, start = [], 0
+        for nt in self.grid.nthreads:
+            count = len(self.grid.chunks[nt])
+            out.append((nt, start, count))
+            start += len(self.grid.nchannels) * count
+        return out
+
+    @cached_property
+    def times(self) -> dict[int, np.ndarray]:
+        n = len(self.grid.nchannels)
+        return {nt: self.flat[start:start + n * count].reshape(n, count) for nt, start, count in self._blocks}
+
+    @cached_property
+    def nchannels(self) -> np.ndarray:
+        """The channel count of every point, aligned with ``flat``."""
+        return np.concatenate([np.repeat(self.grid.nchannels, count) for _, _, count in self._blocks])
+
+    def config(self, i: int) -> Config:
+        """Point ``i`` of ``flat`` as a configuration."""
+        for nt, start, count in self._blocks:
+            if i < start + len(self.grid.nchannels) * count:
+                i_nc, i_chunk = divmod(i - start, count)
+                s = self.subspace
+                return Config(s.algo, s.proto, s.transport, int(self.grid.nchannels[i_nc]), nt,
+                              int(self.grid.chunks[nt][i_chunk]))
+        raise IndexError(f"point {i} of a {self.size}-point sweep")
+
+    def best(self, objective: np.ndarray | None = None) -> tuple[Config, float]:
+        """The point with the least ``objective`` (aligned with ``flat``; default: the time) among
+        those the twin gives a finite time, and its time; ties go to the first in ``flat`` order.
+        The time is ``inf`` when no point has a finite one."""
+        finite = np.isfinite(self.flat)
+        score = np.where(finite, self.flat if objective is None else objective, np.inf)
+        i = int(np.argmin(score))
+        return self.config(i), float(self.flat[i]) if finite[i] else np.inf
 
 
 def sweep_subspace(geoms: dict, op: Op, nbytes: int, subspace: Subspace, grid: ResourceGrid,
@@ -46,13 +81,15 @@ def sweep_subspace(geoms: dict, op: Op, nbytes: int, subspace: Subspace, grid: R
     """Time every grid point of ``subspace``; ``geoms`` maps each transport to its geometry."""
     geom: CommGeometry = geoms[subspace.transport]
     check_supported(geom, op, subspace.algo, subspace.proto)
-    times = {}
-    for nt in grid.nthreads:
-        chunks = grid.chunks[nt].astype(float)
-        rows = [schedule_for(geom, op, nbytes, subspace.algo, subspace.proto, int(nc), nt, chunks,
-                             gpus_per_process=gpus_per_process).time_us() for nc in grid.nchannels]
-        times[nt] = np.vstack([np.broadcast_to(r, chunks.shape) for r in rows])
-    return SubspaceSweep(subspace, grid, times)
+    nthreads = np.concatenate([np.full(len(grid.chunks[nt]), nt) for nt in grid.nthreads])
+    chunks = np.concatenate([grid.chunks[nt] for nt in grid.nthreads]).astype(float)
+    table = np.empty((len(grid.nchannels), len(chunks)))  # channels x (threads, chunk) pairs
+    for i, nc in enumerate(grid.nchannels):
+        table[i] = schedule_for(geom, op, nbytes, subspace.algo, subspace.proto, int(nc), nthreads, chunks,
+                                gpus_per_process=gpus_per_process).time_us()
+    bounds = np.cumsum([0, *(len(grid.chunks[nt]) for nt in grid.nthreads)])
+    flat = np.concatenate([table[:, a:b].ravel() for a, b in pairwise(bounds)])
+    return SubspaceSweep(subspace, grid, flat)
 
 
 def sweep(geoms: dict, op: Op, nbytes: int, grids: dict[Subspace, ResourceGrid], *, gpus_per_process: int = 1

@@ -27,7 +27,7 @@ from tuner.plan import PlanEntry
 from tuner.process_knobs import NCCL_DEFAULT_BUFFSIZE, ProcessSettings
 from twin.model.schedule import schedule_for
 from twin.nccl_model import default_resources
-from twin.predict import Twin
+from twin.replay.comms import Communicator
 
 __all__ = ["CANDIDATES", "MIN_GAIN", "ProcessTuning", "tune_process_settings"]
 
@@ -70,19 +70,20 @@ class _Task:
     """Per subspace, time over (thread knob candidate, buffer knob candidate)."""
 
 
-def _env_infos(twin: Twin) -> dict[tuple[str, str], list[list]]:
-    """``NcclCommInfo`` of the twin's communicator under every (thread, buffer) candidate pair."""
+def _env_infos(comm: Communicator) -> dict[tuple[str, str], list[list]]:
+    """``NcclCommInfo`` of the communicator under every (thread, buffer) candidate pair."""
     out = {}
     for thread_knob, buffer_knob in KNOBS_OF_PROTO.values():
         out[(thread_knob, buffer_knob)] = [
-            [replace(twin.nccl, **{_INFO_FIELD[thread_knob]: nt_value},
+            [replace(comm.nccl, **{_INFO_FIELD[thread_knob]: nt_value},
                      **({} if buffer_value is None else {_INFO_FIELD[buffer_knob]: buffer_value}))
              for buffer_value in CANDIDATES[buffer_knob]]
             for nt_value in CANDIDATES[thread_knob]]
     return out
 
 
-def _tables(twin: Twin, infos: dict[tuple[str, str], list[list]], entry: PlanEntry) -> dict[Subspace, np.ndarray]:
+def _tables(comm: Communicator, infos: dict[tuple[str, str], list[list]], entry: PlanEntry
+            ) -> dict[Subspace, np.ndarray]:
     op, nbytes = entry.task.op, entry.task.nbytes
     tables = {}
     for ranked in entry.ranked:
@@ -98,10 +99,10 @@ def _tables(twin: Twin, infos: dict[tuple[str, str], list[list]], entry: PlanEnt
                         nccl_channels = nc
         except ValueError:  # NCCL's cost model has no such implementation: the tuner cannot pick it
             continue
-        geom = twin.geometry(s.transport)
+        geom = comm.geometry(s.transport)
         times = np.min([np.broadcast_to(
             schedule_for(geom, op, nbytes, s.algo, s.proto, nc, nthreads, chunks,
-                         gpus_per_process=twin.gpus_per_process).time_us(), shape)
+                         gpus_per_process=comm.gpus_per_process).time_us(), shape)
             for nc in {ranked.config.nchannels, nccl_channels}], axis=0)
         tables[s] = np.where(np.isfinite(times), times, np.inf)  # a point the twin cannot time is never picked
     return tables
@@ -123,14 +124,16 @@ def _cost(tasks: list[_Task], state: dict) -> float:
     return sum(t.weight * _task_time(t, state) for t in tasks)
 
 
-def tune_process_settings(items: list[tuple[Twin, PlanEntry]], *, min_gain: float = MIN_GAIN) -> ProcessTuning:
-    """Choose the per-process settings for tasks ranked on their communicators' twins."""
-    infos: dict[int, dict] = {}
+def tune_process_settings(items: list[tuple[Communicator, PlanEntry]], *, min_gain: float = MIN_GAIN
+                          ) -> ProcessTuning:
+    """Choose the per-process settings for tasks ranked on their communicators (``twin.rank``)."""
+    infos: dict[int, dict] = {}  # by id of the communicator's NcclCommInfo: calls of one group share it
     tasks = []
-    for twin, entry in items:
-        if id(twin) not in infos:
-            infos[id(twin)] = _env_infos(twin)
-        tasks.append(_Task(entry.calls_per_iteration, entry.default.time_us, _tables(twin, infos[id(twin)], entry)))
+    for comm, entry in items:
+        if id(comm.nccl) not in infos:
+            infos[id(comm.nccl)] = _env_infos(comm)
+        tasks.append(_Task(entry.calls_per_iteration, entry.default.time_us,
+                           _tables(comm, infos[id(comm.nccl)], entry)))
     state: dict = {"transport": Transport.P2P, **dict.fromkeys(CANDIDATES, 0)}
     choices = {"transport": tuple(Transport), **{k: range(len(v)) for k, v in CANDIDATES.items()}}
     per_call = cost = _cost(tasks, state)

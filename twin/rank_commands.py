@@ -2,9 +2,11 @@
 
     ccltwin rank --trace job.json --topology dgx-h100 --nodes 2 -o plan.json [--env nccl.env]
 
-Prints one row per distinct task (best subspace and resources, predicted best and default times)
-and the per-process settings; writes the plan (docs/plan-format.md) and optionally the settings as
-an environment file. Errors go to stderr with exit code 2.
+Rank r of the trace runs on GPU r of the cluster (as ``ccltwin whatif`` replays it), sized to
+the trace unless ``--nodes`` is given. Prints one row per distinct task (best subspace and
+resources, predicted best and default times) and the per-process settings; writes the plan
+(docs/plan-format.md) and optionally the settings as an environment file. Errors go to stderr
+with exit code 2.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from traces.trace_file import load_trace
 from tuner.export import write_env
 from tuner.plan import PlanEntry, PlanError, save_plan
 from twin.rank import rank_trace
-from twin.topology import TopologyError, load_cluster
+from twin.replay import ReplayError
+from twin.replay.comms import cluster_for
+from twin.topology import TopologyError
 
 HEADER = (f"{'op':<13} {'size (B)':>12} {'ranks':>5} {'group':<6} {'calls/it':>8}  {'best subspace':<24} "
           f"{'nc':>3} {'nt':>4} {'chunk':>8} {'best (us)':>10}  {'NCCL default':<24} {'default (us)':>12} "
@@ -44,7 +48,8 @@ def rank(
     trace: Annotated[Path, typer.Option(help="A ccltwin trace file (see 'ccltwin trace import').")],
     topology: Annotated[str, typer.Option(help="Preset name or cluster YAML file.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the plan (JSON).")],
-    nodes: Annotated[int | None, typer.Option(help="Override the preset's node count.")] = None,
+    nodes: Annotated[int | None, typer.Option(
+        help="Nodes of the cluster (default: as many as the trace's world size needs).")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="Use the first G GPUs of each node.")] = None,
     nics_per_node: Annotated[int | None, typer.Option(help="Keep the first K NICs of each node.")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="Line rate of every NIC, Gb/s.")] = None,
@@ -57,10 +62,10 @@ def rank(
     try:
         version = _version(nccl_version)
         workload = load_trace(trace)
-        cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                               nic_gbps=nic_gbps)
+        cluster = cluster_for(workload, topology, nodes=nodes, gpus_per_node=gpus_per_node,
+                              nics_per_node=nics_per_node, nic_gbps=nic_gbps)
         ranking = rank_trace(workload, cluster, nccl_version=version, max_channels=max_channels)
-    except (TraceError, TopologyError, PlanError) as err:
+    except (TraceError, TopologyError, PlanError, ReplayError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     plan, process = ranking.plan, ranking.process

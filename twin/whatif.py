@@ -9,38 +9,31 @@ of an iteration (and of a million tokens when the trace says how many an iterati
     report = what_if(trace, [Candidate("dgx-h100"), Candidate("dgx-a100")])
     print(format_text(report))
 
-The tuned search sweeps, per task, every ⟨algorithm, protocol⟩ the tuner's config space admits
-on the task's communicator (``tuner.space.ConfigSpace``) with NCCL's default p2p transport
-(the transport is a per-process setting, not a per-call one) over a thinned resource grid: channels at
-powers of two and the cap, threads at 128, 256, 512 and the most allowed, every chunk size
-(``ccltwin rank`` sweeps the whole grid for a warm-start plan).  It minimises what a call
-costs the iteration, not its time alone: the part of a call that compute hides (as much as
-it hid with NCCL's default, in the default replay) costs only the compute its channels' SMs
-hold back, the rest costs its time (``call_cost``), so hidden calls get fewer channels but no
-more time than compute covers.  Then, as the live tuner keeps only its winners, a task whose
-tuned calls cost more than the default's in the tuned replay (where they share links with
-everything else) goes back to NCCL's default and the trace is replayed again; if the
+The tuned search is ``ccltwin rank``'s engine (``twin.rank.rank_task``): per task, on the
+communicator of its first call, every ⟨algorithm, protocol⟩ the tuner's config space admits
+(``tuner.space.ConfigSpace``) with NCCL's default p2p transport (the transport is a per-process
+setting, not a per-call one) over the whole resource grid, channels up to the space's cap (NCCL
+is set up before the job, so a communicator may get more channels than NCCL's default).  It
+minimises what a call costs the iteration, not its time alone: the part of a call that compute
+hides (as much as it hid with NCCL's default, in the default replay) costs only the compute its
+channels' SMs hold back, the rest costs its time (``call_cost``), so hidden calls get fewer
+channels but no more time than compute covers.  Then, as the live tuner keeps only its winners,
+a task whose tuned calls cost more than the default's in the tuned replay (where they share
+links with everything else) goes back to NCCL's default and the trace is replayed again; if the
 iteration is still slower, NCCL's default stays everywhere.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
-
-import numpy as np
 
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Config, Transport
-from tuner.rules import CommFacts
-from tuner.space import ConfigError, ConfigSpace, ResourceGrid
-from twin.fastpath import sweep_subspace
-from twin.model.schedule import Unsupported
-from twin.nccl_model.cost_table import ll128_default
-from twin.replay import Communicators, ReplayResult, TaskTimes, replay, task_of
-from twin.replay.comms import members_of
-from twin.topology import load_cluster
+from tuner.space import CHANNEL_FIELD_MAX, ConfigError
+from twin.rank import call_cost, rank_task
+from twin.replay import Communicators, ReplayResult, TaskTimes, replay
+from twin.replay.comms import CallComm, cluster_for
 
 PRICE_PER_GPU_HOUR = {
     "V100-SXM2-16GB": 0.55, "V100-SXM2-32GB": 0.55,
@@ -51,8 +44,6 @@ PRICE_PER_GPU_HOUR = {
 """USD per GPU-hour: rounded public on-demand cloud list prices (2025).  They only put
 clusters on one scale; pass your own price for a real quote."""
 
-TUNED_THREADS = (128, 256, 512)
-"""Thread counts the tuned search tries besides the most a subspace allows."""
 
 
 @dataclass(frozen=True)
@@ -180,77 +171,32 @@ def _tokens(trace: Trace) -> float | None:
 # ---- the search ----------------------------------------------------------------------------
 
 
-def _facts(comms: Communicators, group: str, members: tuple[int, ...]) -> CommFacts:
-    """What decides the config space on the communicator of ``group`` (as ``twin.rank.comm_facts``
-    reads it off a ``Twin``), for a call among ``members``; the transport stays NCCL's default."""
-    info = comms.info(comms.comm_gpus(group))
-    return CommFacts(nranks=len(members), nnodes=comms.geometry(comms.member_gpus(members)).nnodes,
-                     sm_count=comms.cluster.gpu.sm_count, sm_version=info.sm_version, nccl_version=info.nccl_version,
-                     nvls=info.nvls_support, collnet=info.collnet_support, ll128=ll128_default(info),
-                     channel_cap=info.nchannels, transports=(Transport.P2P,))
-
-
-def thin(grid: ResourceGrid) -> ResourceGrid:
-    """Channels at powers of two and the largest, threads at ``TUNED_THREADS`` and the largest."""
-    nc = grid.nchannels
-    keep_nc = np.unique(np.concatenate([nc[(nc & (nc - 1)) == 0], nc[-1:]]))
-    threads = tuple(sorted({t for t in grid.nthreads if t in TUNED_THREADS} | {max(grid.nthreads)}))
-    return ResourceGrid(keep_nc, threads, {t: grid.chunks[t] for t in threads})
-
-
-def call_cost(time_us, nchannels, hidden_us, sm_count: int):
-    """What a call costs the iteration when compute can hide ``hidden_us`` of it: the rest in
-    full, and the hidden part as the compute its channels' SMs hold back meanwhile
-    (``twin.replay.compute``)."""
-    hidden = np.minimum(time_us, hidden_us)
-    return time_us - hidden + hidden * nchannels / sm_count
-
-
 def replayed_cost(t: TaskTimes, sm_count: int) -> float:
     """``call_cost`` of a task's calls as a replay saw them."""
     return float(call_cost(t.time_us, t.config.nchannels, t.time_us - t.exposed_us, sm_count))
 
 
-def tuned_config(comms: Communicators, task: Task, group: str, members: tuple[int, ...],
-                 hidden_us: float = 0.0) -> Config:
-    """The configuration of ``task`` on its communicator with the least ``call_cost`` alone on the
-    network, if compute hides ``hidden_us`` of each call; NCCL's default when nothing beats it."""
-    sms = comms.cluster.gpu.sm_count
-    default = comms.timed(task, group, members)
-    best = default.config
-    best_cost = float(call_cost(float(default.schedule.time_us()), best.nchannels, hidden_us, sms))
+def tuned_config(comm: CallComm, task: Task, hidden_us: float = 0.0) -> Config | None:
+    """The configuration of ``task`` on ``comm`` with the least ``call_cost`` alone on the network,
+    if compute hides ``hidden_us`` of each call (``twin.rank.rank_task`` with NCCL's transport and
+    as many channels as the config space allows); ``None`` when nothing beats NCCL's default."""
     try:
-        space = ConfigSpace(task, _facts(comms, group, members))
-    except (ConfigError, ValueError):
-        return best
-    gpus = comms.member_gpus(members)
-    geoms = {Transport.P2P: comms.geometry(gpus, Transport.P2P)}
-    for s in space.subspaces:
-        grid = thin(space.grid(s))
-        try:
-            swept = sweep_subspace(geoms, task.op, task.nbytes, s, grid)
-        except Unsupported:
-            continue
-        for nt, times in swept.times.items():
-            cost = call_cost(times, grid.nchannels[:, None], hidden_us, sms)
-            i_nc, i_chunk = np.unravel_index(int(np.argmin(cost)), cost.shape)
-            if cost[i_nc, i_chunk] < best_cost:
-                best_cost = float(cost[i_nc, i_chunk])
-                best = Config(s.algo, s.proto, s.transport, int(grid.nchannels[i_nc]), nt,
-                              int(grid.chunks[nt][i_chunk]))
-    return best
+        entry = rank_task(comm, task, transports=(Transport.P2P,), hidden_us=hidden_us, max_channels=CHANNEL_FIELD_MAX)
+    except ConfigError:
+        return None
+    sms = comm.cluster.gpu.sm_count
+    best = min((entry.default, *entry.ranked), key=lambda r: float(call_cost(r.time_us, r.config.nchannels,
+                                                                             hidden_us, sms)))
+    return None if best.config == entry.default.config else best.config
 
 
-def tuned_configs(trace: Trace, comms: Communicators, default: ReplayResult) -> dict[Task, Config]:
-    """The tuned configuration of every sized task of ``trace`` on the communicator of its first
-    call, counting on compute to hide as much of each call as it hid in NCCL's default replay."""
+def tuned_configs(comms: Communicators, default: ReplayResult) -> dict[Task, Config]:
+    """The tuned configuration of every task that beats NCCL's default on the communicator of its
+    first call, counting on compute to hide as much of each call as it hid in the default replay."""
     hidden = {t.task: t.time_us - t.exposed_us for t in default.tasks}
-    where: dict[Task, tuple[str, tuple[int, ...]]] = {}
-    for rank, event in trace.collectives():
-        task = task_of(trace, rank, event)
-        if task in hidden and task not in where:
-            where[task] = (event.group, members_of(trace, rank, event))
-    return {task: tuned_config(comms, task, group, members, hidden[task]) for task, (group, members) in where.items()}
+    tuned = {task: tuned_config(comm, task, hidden[task]) for task, comm in comms.task_comms().items()
+             if task in hidden}
+    return {task: config for task, config in tuned.items() if config is not None}
 
 
 def tune(trace: Trace, comms: Communicators, default: ReplayResult) -> ReplayResult:
@@ -258,7 +204,7 @@ def tune(trace: Trace, comms: Communicators, default: ReplayResult) -> ReplayRes
     task whose tuned calls cost more in the replay (sharing links with everything else) than
     NCCL's default goes back to it and the trace is replayed again; if the iteration is still
     slower, NCCL's default stays for every task."""
-    configs = tuned_configs(trace, comms, default)
+    configs = tuned_configs(comms, default)
     tuned = replay(trace, comms.cluster, configs, comms=comms)
     sms = comms.cluster.gpu.sm_count
     before = {t.task: t for t in default.tasks}
@@ -277,15 +223,9 @@ def tune(trace: Trace, comms: Communicators, default: ReplayResult) -> ReplayRes
 # ---- the report ----------------------------------------------------------------------------
 
 
-def nodes_needed(trace: Trace, cluster) -> int:
-    return max(1, math.ceil(trace.world_size / cluster.gpus_per_node))
-
-
 def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True) -> ClusterReport:
     """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given)."""
-    cluster = load_cluster(candidate.topology, nodes=candidate.nodes)
-    if candidate.nodes is None and cluster.nodes != nodes_needed(trace, cluster):
-        cluster = load_cluster(candidate.topology, nodes=nodes_needed(trace, cluster))
+    cluster = cluster_for(trace, candidate.topology, nodes=candidate.nodes)
     comms = Communicators(trace, cluster)
     default = replay(trace, cluster, comms=comms)
     tuned_result = tune(trace, comms, default) if tuned else None

@@ -5,13 +5,16 @@ lists them), so a trace of 16 ranks on a preset of 8-GPU nodes fills two nodes. 
 communicator spans its members' GPUs, present in the trace or not.  Each call is timed with
 the configuration given for its task, else with what NCCL would choose on that communicator;
 schedules are built once per (GPUs, op, size, config), so replays of one trace on one cluster
-with different configurations can share a ``Communicators``.
+with different configurations can share a ``Communicators``.  The same placement serves the
+ranking engine (``twin.rank``): ``Communicators.task_comms`` gives each task's communicator as a
+``CallComm``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Protocol
 
 from traces.schema import CollectiveEvent, Trace
 from traces.task import Op, Task
@@ -20,6 +23,7 @@ from twin.model.geometry import CommGeometry
 from twin.model.schedule import Schedule, Unsupported, build_schedule
 from twin.nccl_model import NcclCommInfo, nccl_choice
 from twin.nccl_model.search import comm_info
+from twin.topology import Cluster, load_cluster
 
 
 def translations(members: tuple[int, ...], world_size: int) -> list[tuple[int, ...]]:
@@ -51,6 +55,16 @@ class ReplayError(ValueError):
     """The trace cannot be replayed on this cluster (too few GPUs, a group NCCL could not form)."""
 
 
+def cluster_for(trace: Trace, topology: str, *, nodes: int | None = None, **options):
+    """``topology`` (a preset or YAML file) with ``nodes`` nodes, or with as many as the trace's
+    world size needs; ``options`` go to ``load_cluster`` (``gpus_per_node``, ``nic_gbps``...)."""
+    cluster = load_cluster(topology, nodes=nodes, **options)
+    needed = max(1, -(-trace.world_size // cluster.gpus_per_node))
+    if nodes is None and cluster.nodes != needed:
+        cluster = load_cluster(topology, nodes=needed, **options)
+    return cluster
+
+
 def rank_gpus(trace: Trace, cluster) -> list[str]:
     """GPU of every global rank; raises ``ReplayError`` when the cluster is too small."""
     gpus = cluster.gpus()
@@ -75,6 +89,25 @@ def members_of(trace: Trace, rank: int, event: CollectiveEvent) -> tuple[int, ..
     if event.op is Op.SENDRECV:
         return (min(rank, event.peer), max(rank, event.peer))
     return trace.group(event.group).ranks
+
+
+def nccl_default(info: NcclCommInfo, task: Task) -> Config:
+    """What stock NCCL picks for ``task`` on a communicator whose init found ``info``."""
+    choice = nccl_choice(info, task.op, task.nbytes, task.dtype)
+    return Config(choice.algo, choice.proto, Transport.P2P, choice.nchannels, choice.nthreads, choice.chunk_bytes)
+
+
+class Communicator(Protocol):
+    """A communicator as the ranking engine (``twin.rank``) reads it; ``twin.predict.Twin`` is one
+    (a whole communicator), ``CallComm`` another (the members of one call of a trace's group)."""
+
+    cluster: Cluster
+    nccl: NcclCommInfo
+    """What NCCL's init finds on the whole communicator."""
+    gpus_per_process: int
+
+    def geometry(self, transport: Transport = Transport.P2P) -> CommGeometry:
+        """The geometry of the GPUs a call runs on."""
 
 
 @dataclass(frozen=True)
@@ -126,9 +159,20 @@ class Communicators:
 
     def default_config(self, task: Task, group: str) -> Config:
         """NCCL's choice for ``task`` on ``group``'s communicator."""
-        choice = nccl_choice(self.info(self.comm_gpus(group)), task.op, task.nbytes, task.dtype)
-        return Config(choice.algo, choice.proto, Transport.P2P, choice.nchannels, choice.nthreads,
-                      choice.chunk_bytes)
+        return nccl_default(self.info(self.comm_gpus(group)), task)
+
+    def call_comm(self, group: str, members: tuple[int, ...]) -> CallComm:
+        """The communicator a call of ``group`` among ``members`` runs on."""
+        return CallComm(self, group, members)
+
+    def task_comms(self) -> dict[Task, CallComm]:
+        """The communicator of every sized task's first call (tasks as ``Trace.tasks`` names them)."""
+        out: dict[Task, CallComm] = {}
+        for rank, event in self.trace.collectives():
+            task = task_of(self.trace, rank, event)
+            if task is not None and task not in out:
+                out[task] = self.call_comm(event.group, members_of(self.trace, rank, event))
+        return out
 
     def schedule(self, members: tuple[int, ...], task: Task, config: Config) -> Schedule:
         """The schedule of ``task`` with ``config`` among ``members`` (raises ``Unsupported``)."""
@@ -166,3 +210,25 @@ class Communicators:
                 if present.isdisjoint(copy) and not hosts.isdisjoint(self.cluster.host_of(self.gpus[r]) for r in copy)
             ]
         return self._siblings[members]
+
+
+@dataclass(frozen=True)
+class CallComm:
+    """The calls of ``group`` among ``members`` (the group, or the pair of a SendRecv) as a
+    ``Communicator``: NCCL's view of the group's whole communicator, the members' geometry."""
+
+    comms: Communicators
+    group: str
+    members: tuple[int, ...]
+    gpus_per_process: int = 1
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.comms.cluster
+
+    @property
+    def nccl(self) -> NcclCommInfo:
+        return self.comms.info(self.comms.comm_gpus(self.group))
+
+    def geometry(self, transport: Transport = Transport.P2P) -> CommGeometry:
+        return self.comms.geometry(self.comms.member_gpus(self.members), transport)
