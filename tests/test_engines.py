@@ -71,3 +71,16 @@ def test_collectives_on_disjoint_links_do_not_interfere():
     b = build_schedule(right, Op.ALLREDUCE, 1 << 26, config)
     ends = simulate([CollectiveRun(a), CollectiveRun(b)])
     assert ends == pytest.approx([float(a.time_us()), float(b.time_us())], rel=1e-9)
+
+
+def test_data_parallel_groups_on_their_own_rails_do_not_interfere():
+    """Eight groups of one GPU per node (GPU g of every node, as data parallelism makes them) on a
+    rail-optimised DGX H100 cluster: each group's channels use its GPU's own NIC, as NCCL picks
+    them, so all eight at once take about as long as each alone."""
+    cluster = load_cluster("dgx-h100", nodes=4)
+    config = Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 4, 512, 1 << 21)
+    schedules = [build_schedule(CommGeometry(cluster, [f"n{h}/gpu{g}" for h in range(4)]), Op.ALLREDUCE,
+                                1 << 28, config) for g in range(8)]
+    alone = [simulate([CollectiveRun(s)])[0] for s in schedules]
+    together = simulate([CollectiveRun(s) for s in schedules])
+    assert together == pytest.approx(alone, rel=0.02)

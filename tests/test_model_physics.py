@@ -1,17 +1,31 @@
 """The physical mechanisms of the twin's model: network steps, paths, channels' CTAs, back-to-back calls."""
 
 import json
+from functools import cache
 from itertools import pairwise
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traces.task import Op
 from tuner.config import Algo, Config, Proto, Transport
+from tuner.space import resource_grid
 from twin.model.geometry import CommGeometry
 from twin.model.netpath import net_step_latency_us, proxy_overhead_us
 from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
-from twin.model.schedule import build_schedule, memory_ops_per_byte, tree_cta_gbps, tree_split
+from twin.model.schedule import (
+    ALGORITHMS_FOR_OP,
+    Unsupported,
+    build_schedule,
+    check_supported,
+    memory_ops_per_byte,
+    schedule_for,
+    tree_cta_gbps,
+    tree_split,
+)
 from twin.predict import Twin
 from twin.topology import load_cluster
 
@@ -193,3 +207,65 @@ def test_cta_model_matches_channels_measured_on_h200():
         by_op = {r["op"]: r["sent_gbps_per_channel"] for r in rows if r["nchannels"] == 1}
         assert by_op["allreduce"] > by_op["allgather"]  # 4 operations per byte sent against 5
     assert checked == 4 * 3 * 3
+
+
+def test_one_gpu_per_node_groups_use_their_gpus_own_nics():
+    """A data-parallel group (GPU g of every node) sends through GPU g's NICs, never across a CPU
+    to another GPU's rail (NCCL picks each GPU's nearest NICs)."""
+    cluster = load_cluster("dgx-a100", nodes=2)
+    for g in range(8):
+        geom = CommGeometry(cluster, [f"n0/gpu{g}", f"n1/gpu{g}"])
+        flows = [f for c in range(4) for f in geom.ring_flows(c) + geom.tree_flows(c)]
+        assert flows and not any(h.kind == "cpu" for f in flows for h in f.hops), g
+        assert {geom.nic(0, c) for c in range(4)} == {f"n0/nic{2 * (g // 2)}", f"n0/nic{2 * (g // 2) + 1}"}
+
+
+def test_a_tree_over_the_network_transport_pays_its_loopback_hops():
+    """With P2P and SHM off, a one-node tree's chain hops go through the NICs: every step waits
+    for the proxy path, not for nothing."""
+    geom = CommGeometry(load_cluster("dgx-h100", gpus_per_node=4), transport=Transport.NET)
+    for proto in Proto:
+        loopback = min(f.latency_us(proto, geom.cpu_vendor) for f in geom.tree_flows(0))
+        assert loopback > 2 * hop_latency_us(proto, "pcie")
+        assert geom.share("tree", 4, proto).step_us >= loopback
+
+
+SHAPES = (("dgx-h100", 1, 4), ("dgx-h100", 4, 1), ("dgx-a100", 2, 8), ("a40-nvlink-pairs", 1, 8),
+          ("l40s-pcie", 2, 4), ("a40-pcie", 2, 2))
+
+
+@cache
+def shape_geometry(shape: tuple, transport: Transport) -> CommGeometry:
+    preset, nodes, gpus = shape
+    return CommGeometry(load_cluster(preset, nodes=nodes, gpus_per_node=gpus), transport=transport)
+
+
+def _supported() -> list[tuple]:
+    out = []
+    for shape in SHAPES:
+        for transport in Transport:
+            for op, algos in ALGORITHMS_FOR_OP.items():
+                for algo in algos:
+                    for proto in Proto:
+                        try:
+                            check_supported(shape_geometry(shape, transport), op, algo, proto)
+                        except Unsupported:
+                            continue
+                        out.append((shape, transport, op, algo, proto))
+    return out
+
+
+@settings(max_examples=150)
+@given(case=st.sampled_from(_supported()), nbytes=st.integers(1, 1 << 32), data=st.data())
+def test_every_supported_prediction_is_finite_and_positive(case, nbytes, data):
+    """Any cluster, op, algorithm, protocol and transport NCCL can run, at any point of AutoCCL's
+    resource grid (all its chunk sizes at once): a finite, positive time with a positive step."""
+    shape, transport, op, algo, proto = case
+    grid = resource_grid(algo, proto)
+    nchannels = data.draw(st.sampled_from(list(grid.nchannels)))
+    nthreads = data.draw(st.sampled_from(grid.nthreads))
+    s = schedule_for(shape_geometry(shape, transport), op, nbytes, algo, proto, int(nchannels), nthreads,
+                     grid.chunks[nthreads].astype(float))
+    times = np.asarray(s.time_us())
+    assert np.all(np.isfinite(times)) and np.all(times > 0), (case, nchannels, nthreads)
+    assert s.step_us > 0 and np.all(np.asarray(s.gbps) > 0)

@@ -123,6 +123,26 @@ def test_nic_of_round_robins_equally_far_nics():
     assert [cluster.nic_of(f"n0/gpu{i}") for i in range(4, 8)] == ["n0/nic0", "n0/nic1"] * 2
 
 
+def test_channels_use_the_nics_nccl_picks_for_the_communicators_gpus():
+    """NCCL's ``ncclTopoGetLocalNet``/``ncclTopoSelectNets``: a communicator's channels use the NICs
+    local to its GPUs; GPUs sharing NICs start on different ones; a GPU alone takes turns on all
+    its local NICs."""
+    h100 = load_cluster("dgx-h100")
+    assert h100.channel_nics(["n0/gpu5"]) == ["n0/nic5"]
+    assert h100.channel_nics(h100.gpus()) == [f"n0/nic{i}" for i in range(8)]
+    a100 = load_cluster("dgx-a100")
+    assert a100.local_nics("n0/gpu5") == ["n0/nic4", "n0/nic5"]
+    assert a100.channel_nics(["n0/gpu5"]) == ["n0/nic4", "n0/nic5"]
+    assert [a100.channel_nic("n0/gpu5", c, ["n0/gpu4", "n0/gpu5"]) for c in range(3)] == ["n0/nic5"] * 3
+    assert a100.channel_nics(a100.gpus()) == [f"n0/nic{i}" for i in range(8)]
+    l40s = load_cluster("l40s-pcie")
+    assert l40s.channel_nics(["n0/gpu6"]) == ["n0/nic1"]
+    far = load_cluster("dgx-h100", nics_per_node=2)  # both NICs on socket 0
+    assert far.local_nics("n0/gpu5") == ["n0/nic0", "n0/nic1"]
+    assert far.channel_nic("n0/gpu4", 0, ["n0/gpu4", "n0/gpu5"]) == "n0/nic0"
+    assert far.channel_nic("n0/gpu5", 0, ["n0/gpu4", "n0/gpu5"]) == "n0/nic1"
+
+
 def test_shm_route_stages_through_the_source_cpu():
     """SHM goes up to host memory even when both GPUs share a PCIe switch."""
     cluster = load_cluster("a40-pcie")

@@ -11,7 +11,7 @@ efficiency on that kind of link.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
@@ -76,35 +76,64 @@ class ChannelShare:
     links: tuple[LinkUse, ...]
 
 
-def _share(flows: list[Flow], proto: Proto, step_us: float) -> ChannelShare:
-    """``flows`` of every channel; ``step_us``: the latency of one step."""
-    raw: dict[tuple[str, str], float] = {}
-    capacity: dict[tuple[str, str], float] = {}
-    for f in flows:
-        for h in f.hops:
-            # NIC transfers are large RDMA writes whatever the protocol's store size.
-            eff = store_efficiency(proto, h.kind, dma=f.kind == "net")
-            if f.via_cpu:
-                eff *= ROOT_COMPLEX_P2P_EFFICIENCY
-            raw[(h.src, h.dst)] = raw.get((h.src, h.dst), 0.0) + 1.0 / eff
-            capacity[(h.src, h.dst)] = h.bw
-    links = tuple(LinkUse(k, v, capacity[k]) for k, v in raw.items())
+@dataclass
+class _Load:
+    """What the flows of a pattern's first channels put on the links, whatever the protocol.
+
+    ``uses[(link, dma, via_cpu)]`` counts the channel flows crossing a directed link in one way
+    (a NIC's DMA or stores, forwarded by a root complex or not); ``net_sends``/``net_recvs``
+    count each GPU's network flows, which its proxy thread serves.
+    """
+
+    uses: dict = field(default_factory=dict)
+    net_sends: dict = field(default_factory=dict)
+    net_recvs: dict = field(default_factory=dict)
+
+    def plus(self, flows: list[Flow], copies: int = 1) -> _Load:
+        out = _Load(dict(self.uses), dict(self.net_sends), dict(self.net_recvs))
+        for f in flows:
+            dma = f.kind == "net"
+            for h in f.hops:
+                key = (h, dma, f.via_cpu)
+                out.uses[key] = out.uses.get(key, 0) + copies
+            if dma:
+                out.net_sends[f.src] = out.net_sends.get(f.src, 0) + copies
+                out.net_recvs[f.dst] = out.net_recvs.get(f.dst, 0) + copies
+        return out
+
+    def links(self, proto: Proto) -> tuple[LinkUse, ...]:
+        """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``."""
+        raw: dict[tuple[str, str], float] = {}
+        capacity: dict[tuple[str, str], float] = {}
+        efficiency: dict[tuple[str, bool, bool], float] = {}
+        for (h, dma, via_cpu), count in self.uses.items():
+            kind = (h.kind, dma, via_cpu)
+            if kind not in efficiency:
+                # NIC transfers are large RDMA writes whatever the protocol's store size.
+                efficiency[kind] = store_efficiency(proto, h.kind, dma=dma) * (
+                    ROOT_COMPLEX_P2P_EFFICIENCY if via_cpu else 1.0)
+            link = (h.src, h.dst)
+            raw[link] = raw.get(link, 0.0) + count / efficiency[kind]
+            capacity[link] = h.bw
+        return tuple(LinkUse(k, v, capacity[k]) for k, v in raw.items())
+
+    def busiest_proxy_us(self, proto: Proto, cpu_vendor: str) -> float:
+        """CPU time the busiest proxy thread spends on one step of every flow.
+
+        One thread per GPU posts every network step that GPU sends, and for Simple also reaps and
+        flushes every step it receives (``netpath.PROXY_ACTIONS``).
+        """
+        gpus = self.net_sends.keys() | self.net_recvs.keys()
+        actions = max((self.net_sends.get(g, 0) + self.net_recvs.get(g, 0) * (PROXY_ACTIONS[proto] - 1)
+                       for g in gpus), default=0)
+        return actions * proxy_action_us(cpu_vendor)
+
+
+def _share(load: _Load, proto: Proto, step_us: float) -> ChannelShare:
+    """The share of the channels whose flows make ``load``; ``step_us``: the latency of one step."""
+    links = load.links(proto)
     gbps = min((u.capacity / u.raw_per_payload for u in links), default=math.inf)
     return ChannelShare(gbps=gbps, step_us=step_us, links=links)
-
-
-def busiest_proxy_us(flows: list[Flow], proto: Proto, cpu_vendor: str) -> float:
-    """CPU time the busiest proxy thread spends on one step of every flow in ``flows``.
-
-    One thread per GPU posts every network step that GPU sends, and for Simple also reaps and
-    flushes every step it receives (``netpath.PROXY_ACTIONS``).
-    """
-    actions: dict[str, int] = {}
-    for f in flows:
-        if f.kind == "net":
-            actions[f.src] = actions.get(f.src, 0) + 1
-            actions[f.dst] = actions.get(f.dst, 0) + PROXY_ACTIONS[proto] - 1
-    return max(actions.values(), default=0) * proxy_action_us(cpu_vendor)
 
 
 class CommGeometry:
@@ -120,8 +149,15 @@ class CommGeometry:
         sizes = {len(v) for v in self._by_host.values()}
         if len(sizes) != 1:
             raise ValueError(f"ranks are spread unevenly over nodes: {sorted(len(v) for v in self._by_host.values())}")
+        self._hosts = list(self._by_host.values())
+        self._host_rank = {gpu: h for h, gpus in enumerate(self._hosts) for gpu in gpus}
+        self._nics = [cluster.channel_nics(gpus) for gpus in self._hosts] if len(self._hosts) > 1 else None
         self._route = lru_cache(maxsize=None)(self._route_uncached)
+        self._orders: dict[tuple[int, int], list[str]] = {}
+        self._flows: dict[tuple[str, int], list[Flow]] = {}
+        self._loads: dict[str, list[_Load]] = {}
         self._shares: dict[tuple, ChannelShare] = {}
+        self._latencies: dict[tuple[str, Proto], float] = {}
 
     @property
     def nranks(self) -> int:
@@ -139,19 +175,22 @@ class CommGeometry:
     def arch(self) -> str:
         return self.cluster.gpu.arch
 
-    def _route_uncached(self, src: str, dst: str, rail: int | None) -> tuple:
+    def _route_uncached(self, src: str, dst: str, nics: tuple[str, str] | None) -> tuple:
         c = self.cluster
         if c.host_of(src) != c.host_of(dst):
-            return tuple(c.route(src, dst) if rail is None else c.rail_route(src, dst, rail))
+            return tuple(c.route(src, dst) if nics is None else c.nic_route(src, dst, *nics))
         if self.transport is Transport.P2P:
             return tuple(c.route(src, dst))
         if self.transport is Transport.SHM:
             return tuple(c.shm_route(src, dst))
         return tuple(c.loopback_route(src, dst))
 
-    def flow(self, src: str, dst: str, rail: int | None = None) -> Flow:
-        """``src`` to ``dst``; between nodes, on NIC ``rail`` of both hosts when given."""
-        hops = self._route(src, dst, rail)
+    def flow(self, src: str, dst: str, channel: int | None = None) -> Flow:
+        """``src`` to ``dst``; between nodes, on the NICs channel ``channel`` uses there when given."""
+        nics = None
+        if channel is not None and self._nics is not None and self._host_rank[src] != self._host_rank[dst]:
+            nics = (self.nic(self._host_rank[src], channel), self.nic(self._host_rank[dst], channel))
+        hops = self._route(src, dst, nics)
         graph = self.cluster.graph
         through_cpu = [graph.nodes[h.dst]["kind"] == "cpu" for h in hops[:-1]]
         net = [h.kind == "net" for h in hops]
@@ -162,28 +201,39 @@ class CommGeometry:
         return Flow(src, dst, hops, gdr_send=not any(through_cpu[:first]),
                     gdr_recv=not any(through_cpu[last + 1:]))
 
-    def rail(self, channel: int) -> int | None:
-        """The NIC index channel ``channel`` uses on every node (None on one node)."""
-        return channel % self.cluster.nics_per_node if self.nnodes > 1 else None
+    def nic(self, host_rank: int, channel: int) -> str | None:
+        """The NIC channel ``channel`` uses on the communicator's ``host_rank``-th node (None on one
+        node): the NICs NCCL picks for the communicator's GPUs there (``Cluster.channel_nics``),
+        one per channel in turn.  Data-parallel groups of one GPU per node so use their GPUs' own
+        rails, as on rail-optimised clusters."""
+        if self._nics is None:
+            return None
+        nics = self._nics[host_rank]
+        return nics[channel % len(nics)]
 
     def _local_order(self, host_rank: int, channel: int) -> list[str]:
         """The node's GPUs as channel ``channel`` visits them.
 
         On one node channels start at successive GPUs.  Across nodes a channel enters and leaves
-        every node through its rail's NIC, so it enters at the GPU second nearest that NIC,
+        every node through its NIC there, so it enters at the GPU second nearest that NIC,
         visits the others in order, and leaves from the nearest (NCCL's rings do the same).
         """
-        gpus = list(self._by_host.values())[host_rank]
-        rail = self.rail(channel)
-        if rail is None or len(gpus) == 1:
+        key = (host_rank, channel)
+        if key in self._orders:
+            return self._orders[key]
+        gpus = self._hosts[host_rank]
+        nic = self.nic(host_rank, channel)
+        if nic is None or len(gpus) == 1:
             rot = channel % len(gpus)
-            return gpus[rot:] + gpus[:rot]
-        nic = self.cluster.nics(self.cluster.host_of(gpus[0]))[rail]
-        near = sorted(gpus, key=lambda g: (self.cluster.pcie_distance(g, nic), self.cluster.nic_of(g) != nic))
-        exit_gpu, entry_gpu = near[0], near[1]
-        start = gpus.index(entry_gpu)
-        middle = [g for g in gpus[start:] + gpus[:start] if g not in (entry_gpu, exit_gpu)]
-        return [entry_gpu, *middle, exit_gpu]
+            order = gpus[rot:] + gpus[:rot]
+        else:
+            near = sorted(gpus, key=lambda g: (self.cluster.pcie_distance(g, nic), self.cluster.nic_of(g) != nic))
+            exit_gpu, entry_gpu = near[0], near[1]
+            start = gpus.index(entry_gpu)
+            middle = [g for g in gpus[start:] + gpus[:start] if g not in (entry_gpu, exit_gpu)]
+            order = [entry_gpu, *middle, exit_gpu]
+        self._orders[key] = order
+        return order
 
     def ring(self, channel: int) -> list[str]:
         """Ranks in ring order for one channel: node after node, each node's GPUs in a chain."""
@@ -191,8 +241,7 @@ class CommGeometry:
 
     def ring_flows(self, channel: int) -> list[Flow]:
         order = self.ring(channel)
-        rail = self.rail(channel)
-        return [self.flow(a, b, rail) for a, b in zip(order, order[1:] + order[:1], strict=True) if a != b]
+        return [self.flow(a, b, channel) for a, b in zip(order, order[1:] + order[:1], strict=True) if a != b]
 
     def tree_flows(self, channel: int) -> list[Flow]:
         """Chain inside each node to its head, binary tree between node heads, both directions."""
@@ -205,10 +254,9 @@ class CommGeometry:
                 flows += [self.flow(a, b), self.flow(b, a)]
         mirror = channel % 2  # NCCL's double binary tree: odd channels use the mirrored tree
         order = heads[::-1] if mirror else heads
-        rail = self.rail(channel)
         for i in range(1, len(order)):
             parent, child = order[(i - 1) // 2], order[i]
-            flows += [self.flow(child, parent, rail), self.flow(parent, child, rail)]
+            flows += [self.flow(child, parent, channel), self.flow(parent, child, channel)]
         return flows
 
     def chain_flows(self, channel: int) -> list[Flow]:
@@ -235,6 +283,10 @@ class CommGeometry:
         """AllToAll: every rank to every other rank."""
         return [self.flow(a, b) for a in self.ranks for b in self.ranks if a != b]
 
+    def sendrecv_flows(self) -> list[Flow]:
+        """SendRecv: the first rank to the second."""
+        return [self.flow(self.ranks[0], self.ranks[1])]
+
     @property
     def collnet(self) -> bool:
         """In-network reduction (SHARP) on the fabric switches the nodes talk through."""
@@ -245,26 +297,50 @@ class CommGeometry:
     def cpu_vendor(self) -> str:
         return self.cluster.cpu_vendor
 
-    def share_of_flows(self, flows: list[Flow], proto: Proto) -> ChannelShare:
-        """Flows that each take one hop (point to point): the step costs the slowest one's latency."""
-        path = max((f.latency_us(proto, self.cpu_vendor) for f in flows), default=0.0)
-        return _share(flows, proto, max(path, busiest_proxy_us(flows, proto, self.cpu_vendor)))
+    def channel_flows(self, pattern: str, channel: int) -> list[Flow]:
+        """The flows of one channel of ``pattern`` (ring, tree, chain, nvls; pairs and sendrecv are
+        the same on every channel)."""
+        if pattern in _SAME_ON_EVERY_CHANNEL:
+            channel = 0
+        key = (pattern, channel)
+        if key not in self._flows:
+            builder = {"ring": self.ring_flows, "tree": self.tree_flows, "chain": self.chain_flows,
+                       "nvls": self.nvls_flows, "pairs": lambda _: self.pair_flows(),
+                       "sendrecv": lambda _: self.sendrecv_flows()}[pattern]
+            self._flows[key] = builder(channel)
+        return self._flows[key]
+
+    def _load(self, pattern: str, nchannels: int) -> _Load:
+        """The load of ``pattern``'s first ``nchannels`` channels (built channel by channel, once)."""
+        if pattern in _SAME_ON_EVERY_CHANNEL:
+            return _Load().plus(self.channel_flows(pattern, 0), copies=nchannels)
+        built = self._loads.setdefault(pattern, [_Load()])
+        while len(built) <= nchannels:
+            built.append(built[-1].plus(self.channel_flows(pattern, len(built) - 1)))
+        return built[nchannels]
 
     def share(self, pattern: str, nchannels: int, proto: Proto) -> ChannelShare:
-        """The per-channel rate and step latency of ``pattern`` run on ``nchannels`` channels."""
+        """The per-channel rate and step latency of ``pattern`` run on ``nchannels`` channels.
+
+        ``pairs`` (AllToAll) and ``sendrecv`` are point to point: every flow takes one hop, so a
+        step costs the slowest flow's latency (or the busiest proxy's time for it).
+        """
         key = (pattern, nchannels, proto)
         if key not in self._shares:
-            builder = {"ring": self.ring_flows, "tree": self.tree_flows, "chain": self.chain_flows,
-                       "nvls": self.nvls_flows}[pattern]
-            flows = [f for c in range(nchannels) for f in builder(c)]
-            step = self.path_latency_us(pattern, proto)
+            load = self._load(pattern, nchannels)
+            if pattern in _SAME_ON_EVERY_CHANNEL:
+                step = max((f.latency_us(proto, self.cpu_vendor) for f in self.channel_flows(pattern, 0)),
+                           default=0.0)
+                step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor))
+            else:
+                step = self.path_latency_us(pattern, proto)
             if pattern == "ring":
                 # Every step of a ring crosses the network somewhere at once, so no step ends
                 # before the busiest proxy thread has done its part ("inter-node rings still have
                 # to launch nsteps * net overhead", NCCL tuning.cc).  Pipelines pay the proxy only
                 # on their network hops, inside those hops' latency.
-                step = max(step, busiest_proxy_us(flows, proto, self.cpu_vendor))
-            self._shares[key] = _share(flows, proto, step)
+                step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor))
+            self._shares[key] = _share(load, proto, step)
         return self._shares[key]
 
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:
@@ -277,24 +353,40 @@ class CommGeometry:
             lat *= MULTINODE_LL_INTRA_FACTOR
         return lat
 
+    def _between_nodes(self, flow: Flow) -> bool:
+        return self._host_rank[flow.src] != self._host_rank[flow.dst]
+
     def path_latency_us(self, pattern: str, proto: Proto) -> float:
+        """Mean latency of the hops a piece of data crosses, one after another, in ``pattern``
+        (``_path_latency_us``, once per pattern and protocol)."""
+        key = (pattern, proto)
+        if key not in self._latencies:
+            self._latencies[key] = self._path_latency_us(pattern, proto)
+        return self._latencies[key]
+
+    def _path_latency_us(self, pattern: str, proto: Proto) -> float:
         """Mean latency of the hops a piece of data crosses, one after another, in ``pattern``.
 
         A step waits only for the hop its data just crossed, so an NVLink hop costs an NVLink
         latency even when the same ring also crosses the network: a ring's data goes round every
-        edge of the ring; a tree's data climbs the chain inside a node (``ppn - 1`` hops) and
-        ``ceil(log2(nodes))`` network hops, then comes back down; NVLS goes to the switch and back.
+        edge of the ring; a tree's data climbs the chain inside a node (``ppn - 1`` hops, over
+        whatever the transport takes there, the NICs included) and ``ceil(log2(nodes))`` network
+        hops between nodes, then comes back down; NVLS goes to the switch and back.
         """
         def mean(flows: list[Flow]) -> float:
             return sum(self.hop_latency_us(f, proto) for f in flows) / len(flows) if flows else 0.0
 
         if pattern in ("ring", "chain"):
-            return mean(self.ring_flows(0) if pattern == "ring" else self.chain_flows(0))
+            return mean(self.channel_flows(pattern, 0))
         levels = math.ceil(math.log2(self.nnodes)) if self.nnodes > 1 else 0
-        inter = [f for f in self.tree_flows(0) if f.kind == "net"]
+        tree = self.channel_flows("tree", 0)
+        inter = [f for f in tree if self._between_nodes(f)]
         if pattern == "tree":
-            intra = [f for f in self.tree_flows(0) if f.kind != "net"]
+            intra = [f for f in tree if not self._between_nodes(f)]
             hops = (self.ppn - 1) + levels
             return ((self.ppn - 1) * mean(intra) + levels * mean(inter)) / max(hops, 1)
-        switch = [f for f in self.nvls_flows(0) if f.kind != "net"]
+        switch = [f for f in self.channel_flows("nvls", 0) if f.kind == "nvlink"]
         return (2 * mean(switch) + 2 * levels * mean(inter)) / (2 + 2 * levels)
+
+
+_SAME_ON_EVERY_CHANNEL = ("pairs", "sendrecv")

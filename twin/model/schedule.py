@@ -157,8 +157,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         launch + extra_launch, cap, scaled_links(share.links, rate_scale), pattern == "chain")
 
     if op in (Op.SENDRECV, Op.ALLTOALL):
-        flows = [geom.flow(geom.ranks[0], geom.ranks[1])] if op is Op.SENDRECV else geom.pair_flows()
-        share = geom.share_of_flows(flows * nch, proto)
+        pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
+        flows = geom.channel_flows(pattern, 0)
+        share = geom.share(pattern, nch, proto)
         # A channel drives one flow to each peer; every flow gets the busiest link's share.
         gbps = np.minimum(share.gbps * len(flows) / (1 if op is Op.SENDRECV else n), copy)
         payload = nbytes * ((n - 1) / n if op is Op.ALLTOALL else 1.0) / nch

@@ -33,6 +33,9 @@ from twin.topology.graph import (
     validate_graph,
 )
 
+MAX_CHANNELS = 64
+"""NCCL's ``MAXCHANNELS``: how many channels ``channel_nics`` asks each GPU about."""
+
 
 @dataclass(frozen=True)
 class Hop:
@@ -94,6 +97,7 @@ class Cluster:
                               for n in self._by_kind.get(SWITCH, [])}
         self._nic_of: dict[str, str] = {}
         self._routes: dict[tuple[str, str, str], list[Hop]] = {}
+        self._pcie: dict[tuple[str, str], list[str]] = {}
 
     def __repr__(self) -> str:
         return (f"Cluster({self.name!r}: {self.nodes} × {self.gpus_per_node} {self.gpu_model}, "
@@ -185,20 +189,63 @@ class Cluster:
         """
         return self._cached("p2p", src_gpu, dst_gpu)
 
-    def rail_route(self, src_gpu: str, dst_gpu: str, nic_index: int) -> list[Hop]:
-        """GPU → NIC ``nic_index`` of its host → fabric → NIC ``nic_index`` of the peer's host → GPU.
+    def nic_route(self, src_gpu: str, dst_gpu: str, nic_src: str, nic_dst: str) -> list[Hop]:
+        """GPU → ``nic_src`` of its host → fabric → ``nic_dst`` of the peer's host → GPU.
 
-        The path of a ring or tree edge that stays on one rail, as NCCL builds them by default
-        (``NCCL_CROSS_NIC=0``: a channel uses the same NIC on every node).
+        The path of a ring or tree edge between nodes, on the NICs its channel uses there
+        (``channel_nics``).
         """
-        nic_src = self.nics(self.host_of(src_gpu))[nic_index]
-        nic_dst = self.nics(self.host_of(dst_gpu))[nic_index]
-        return self._hops(self._pcie_path(src_gpu, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
-                          + self._pcie_path(nic_dst, dst_gpu)[1:])
+        key = ("nics", f"{src_gpu}>{nic_src}", f"{nic_dst}>{dst_gpu}")
+        if key not in self._routes:
+            self._routes[key] = self._hops(self._pcie_path(src_gpu, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
+                                           + self._pcie_path(nic_dst, dst_gpu)[1:])
+        return list(self._routes[key])
 
     def pcie_distance(self, gpu: str, nic: str) -> int:
         """PCIe hops from a GPU to a NIC of its host (NCCL prefers the nearest)."""
         return len(self._pcie_path(gpu, nic)) - 1
+
+    def local_nics(self, gpu: str) -> list[str]:
+        """The NICs NCCL counts as local to ``gpu`` (``ncclTopoGetLocal`` from a GPU to the
+        network): the widest path first, then the nearest kind of path (one PCIe switch, several,
+        a CPU's root complex, across CPUs); in NIC order."""
+        return self._nearest(self._check_gpu(gpu), self.nics(self.host_of(gpu)))
+
+    def channel_nic(self, gpu: str, channel: int, gpus: list[str]) -> str:
+        """The NIC channel ``channel`` of ``gpu`` prefers, when ``gpus`` (its host's GPUs of the
+        communicator) share the host (NCCL's ``ncclTopoGetLocalNet``).
+
+        GPUs that share local NICs start on different ones (the GPU's device index modulo the
+        GPUs local to those NICs, bit-mirrored when the NICs are a power of two) and, when there
+        are more local NICs than GPUs, successive channels take the next ones.
+        """
+        nics = self.local_nics(gpu)
+        local_gpus = self._nearest(nics[0], gpus)
+        per_gpu = -(-len(nics) // max(len(local_gpus), 1))
+        net = self.graph.nodes[gpu]["local"] % max(len(local_gpus), 1)
+        if len(nics) & (len(nics) - 1) == 0:
+            net = _mirror_bits(net, len(nics))
+        return nics[(net + channel % per_gpu) % len(nics)]
+
+    def channel_nics(self, gpus: list[str]) -> list[str]:
+        """The NICs the channels of a communicator use on one host, channel ``c`` on entry
+        ``c % len``: each of ``gpus`` (the communicator's GPUs there), in local order, adds the
+        NICs its channels prefer (``channel_nic``) that are not listed yet — NCCL's
+        ``ncclTopoSelectNets``, whose list the channel search walks from entry ``c``.
+
+        On a DGX H100 a communicator of GPU 5 alone (one GPU per node, as data-parallel groups
+        are) uses NIC 5 only; all eight GPUs use NICs 0-7, one per channel in turn.
+        """
+        out: list[str] = []
+        for gpu in sorted(gpus, key=self._rank_key):
+            first = self.channel_nic(gpu, 0, gpus)
+            for channel in range(MAX_CHANNELS):
+                nic = self.channel_nic(gpu, channel, gpus)
+                if channel and nic == first:
+                    break
+                if nic not in out:
+                    out.append(nic)
+        return out
 
     def shm_route(self, src_gpu: str, dst_gpu: str) -> list[Hop]:
         """Same host, staged through host memory: GPU → PCIe → the source GPU's CPU → PCIe → GPU."""
@@ -268,10 +315,36 @@ class Cluster:
         return _bfs(self.graph, src, (PCIE, CPU_LINK), (PCIE_SWITCH, CPU), set(targets), stop)
 
     def _pcie_path(self, src: str, dst: str) -> list[str]:
-        paths = self._pcie_paths(src, (dst,), stop=dst)
-        if dst not in paths:
-            raise TopologyError(f"cluster {self.name!r}: no PCIe path from {src} to {dst}")
-        return paths[dst]
+        key = (src, dst)
+        if key not in self._pcie:
+            paths = self._pcie_paths(src, (dst,), stop=dst)
+            if dst not in paths:
+                raise TopologyError(f"cluster {self.name!r}: no PCIe path from {src} to {dst}")
+            self._pcie[key] = paths[dst]
+        return self._pcie[key]
+
+    def _nearest(self, src: str, candidates: list[str]) -> list[str]:
+        """Those of ``candidates`` NCCL counts as local to ``src``: widest PCIe path, then nearest kind."""
+        ranks = {c: self._path_rank(src, c) for c in candidates if c != src}
+        if not ranks:
+            raise TopologyError(f"cluster {self.name!r}: {src} reaches none of {candidates} over PCIe")
+        best = min(ranks.values())
+        return [c for c in candidates if ranks.get(c) == best]
+
+    def _path_rank(self, a: str, b: str) -> tuple[float, int]:
+        """(minus the path's bandwidth, its kind: 0 one PCIe switch, 1 several, 2 a CPU, 3 across CPUs)."""
+        try:
+            path = self._pcie_path(a, b)
+        except TopologyError:
+            return (0.0, 4)
+        edges = self.graph.edges
+        bw = min((edges[u, v]["bw"] for u, v in pairwise(path)), default=0.0)
+        for end in (a, b):
+            if kind_of(self.graph, end) == NIC:
+                bw = min(bw, self.graph.nodes[end]["gbps"] / 8)
+        cpus = sum(kind_of(self.graph, n) == CPU for n in path)
+        switches = sum(kind_of(self.graph, n) == PCIE_SWITCH for n in path)
+        return (-bw, 3 if cpus > 1 else 2 if cpus else 1 if switches > 1 else 0)
 
     def _fabric_path(self, src_nic: str, dst_nic: str) -> list[str]:
         if src_nic == dst_nic:
@@ -319,6 +392,16 @@ class Cluster:
         if gpu not in self.graph or kind_of(self.graph, gpu) != GPU:
             raise TopologyError(f"cluster {self.name!r} has no GPU {gpu!r}")
         return gpu
+
+
+def _mirror_bits(value: int, pow2: int) -> int:
+    """``value``'s low ``log2(pow2)`` bits in reverse order (NCCL's ``mirrorBits``)."""
+    out, bit, mirrored = 0, 1, pow2 >> 1
+    while bit < pow2:
+        if value & bit:
+            out |= mirrored
+        bit, mirrored = bit << 1, mirrored >> 1
+    return out
 
 
 def _bfs(graph: nx.Graph, src: str, edge_kinds: tuple[str, ...], transit: tuple[str, ...],
