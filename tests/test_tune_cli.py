@@ -1,0 +1,90 @@
+"""``ccltwin tune``: trajectory and winner per task, JSON contract, store resume, warm start, errors."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from ccltwin import app
+from traces.task import Op, Task
+from tuner.plan import save_plan
+from tuner.store import Store
+from twin.rank import rank_tasks
+from twin.topology import load_cluster
+
+ONE_TASK = ["tune", "--executor", "twin", "--topology", "a40-pcie", "--nodes", "1", "--gpus-per-node", "4",
+            "--op", "allreduce", "--nbytes", "8MiB", "--nranks", "4"]
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_json_has_the_winner_its_time_trials_and_nccls_default():
+    result = invoke(*ONE_TASK, "--search", "ours", "--json")
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.output)
+    assert {"algo", "proto", "transport", "nchannels", "nthreads", "chunk_bytes", "time_us", "trials",
+            "default_time_us"} <= set(row)
+    assert (row["op"], row["nbytes"], row["nranks"], row["group"]) == ("allreduce", 8 << 20, 4, "4x1")
+    assert row["trials"] > 10 and row["time_us"] <= row["default_time_us"]
+
+
+def test_text_prints_every_trial_and_the_winner():
+    result = invoke(*ONE_TASK, "--search", "random", "--max-trials", "25")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    trials = [line for line in lines if line.strip()[:1].isdigit()]
+    assert len(trials) == 25
+    assert lines[-1].startswith("winner: ") and "after 25 trials" in lines[-1] and "NCCL default" in lines[-1]
+
+
+def test_store_records_trials_and_a_rerun_resumes_where_it_stopped(tmp_path):
+    """Stopped after 40 trials and rerun, the search replays those and ends as an uninterrupted run."""
+    db = tmp_path / "tuning.db"
+    whole = json.loads(invoke(*ONE_TASK, "--search", "ours", "--json").output)[0]
+    first = invoke(*ONE_TASK, "--search", "ours", "--store", str(db), "--max-trials", "40", "--json")
+    assert first.exit_code == 0, first.output
+    with Store(db) as store:
+        assert store.count() == 40 and {m.source for m in store.history()} == {"twin"}
+    second = json.loads(invoke(*ONE_TASK, "--search", "ours", "--store", str(db), "--json").output)[0]
+    assert second["replayed"] == 40
+    assert (second["trials"], second["nchannels"], second["chunk_bytes"]) == (
+        whole["trials"], whole["nchannels"], whole["chunk_bytes"])
+
+
+def test_warm_start_from_a_rank_plan_cuts_the_trials(tmp_path):
+    cluster = load_cluster("a40-pcie", nodes=1, gpus_per_node=4)
+    task = Task(Op.ALLREDUCE, 8 << 20, 4, group="4x1")
+    save_plan(rank_tasks({task: 1.0}, cluster).plan, tmp_path / "plan.json")
+    cold = json.loads(invoke(*ONE_TASK, "--search", "ours", "--json").output)[0]
+    warm = json.loads(invoke(*ONE_TASK, "--search", "ours", "--json", "--warm-start",
+                             str(tmp_path / "plan.json")).output)[0]
+    assert warm["warm_start"] and not cold["warm_start"]
+    assert warm["trials"] < cold["trials"]
+    assert warm["time_us"] <= 1.05 * cold["time_us"]
+
+
+def test_trace_tunes_each_task_above_the_size_floor():
+    """Phi-2's bundled trace on the PCIe cluster: only the 632 MiB data-parallel AllReduce is ≥ 600 MiB."""
+    result = invoke("tune", "--topology", "a40-pcie", "--trace", "traces/examples/phi2-tp8dp4.json.gz",
+                    "--min-size", "600MiB", "--search", "ours", "--json")
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.output)
+    assert (row["op"], row["nranks"], row["group"]) == ("allreduce", 4, "1x4")
+
+
+def test_errors_are_one_line_with_exit_code_2():
+    for args, message in [
+        (("tune", "--topology", "a40-pcie", "--executor", "live", "--op", "allreduce"), "only the twin executor"),
+        (("tune", "--topology", "a40-pcie", "--op", "allreduce"), "--op needs --nbytes and --nranks"),
+        (("tune", "--topology", "a40-pcie"), "give either --trace or --op"),
+        ((*ONE_TASK, "--search", "annealing"), "expected one of autoccl"),
+        ((*ONE_TASK, "--warm-start", "/nonexistent/plan.json"), "cannot read the plan"),
+        (("tune", "--topology", "a40-pcie", "--op", "allreduce", "--nbytes", "1MiB", "--nranks", "64"), "64"),
+    ]:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
