@@ -77,12 +77,14 @@ class _Search:
         self.sys = system
         self.gpus = system.gpus
         self.nets = system.nets
+        self.inter = system.inter
         self.ngpus = len(self.gpus)
         self.used: dict[int, int] = {}  # channel -> bitmask of the GPUs already in it
         self.score_cache: dict = {}
         self.net_cache: dict = {}
         self.local_cache: dict = {}
         self.follow_cache: dict = {}
+        self.needs: dict[float, tuple[int, int]] = {}
         self.order_cache: dict = {}
         self.fruitless: dict = {}
         self.present: dict = {}
@@ -262,7 +264,7 @@ class _Search:
 
     def _rec(self, g: Graph) -> None:
         back_net, back_first = self._params(g)
-        if self.sys.inter:
+        if self.inter:
             self._rec_net(g, back_net, back_first)
             return
         if g.pattern == NVLS:
@@ -277,7 +279,7 @@ class _Search:
                 self._try_gpu(g, 0, back_net, back_first, 0, None, i)
 
     def _params(self, g: Graph) -> tuple[int, int]:
-        if self.sys.inter:
+        if self.inter:
             return (self.ngpus - 1 if g.pattern == RING else 0), -1
         return -1, (self.ngpus - 1 if g.pattern == RING else -1)
 
@@ -425,7 +427,7 @@ class _Search:
                         saved[0] = -1
                     self.time = saved
                 locals_, ptype = self._local_gpus(net)
-                if ptype != PathType.DIS:
+                if ptype != _DIS:
                     for gpu in locals_:
                         self._try_gpu(g, 0, back_net, back_first, 0, net, gpu.index)
             net.net_bw += bw
@@ -438,7 +440,10 @@ class _Search:
     def _back_to_net(self, g: Graph, gi: int, step: int, back_first: int, forced: int) -> None:
         gpu = self.gpus[gi]
         start = g.inter[g.nchannels][0]
-        for net in self._select_nets(g.type_inter, gpu):
+        nets = self._select_nets(g.type_inter, gpu)
+        if g.cross_nic == 0 or g.pattern in (TREE, NVLS):
+            nets = (start,) if start in nets else ()  # only the NIC the channel came in by
+        for net in nets:
             if not self._check_net(g, start, net, step):
                 continue
             next_back, saved = -1, g.bw_inter
@@ -487,35 +492,56 @@ class _Search:
 
     # ---- bandwidth accounting ---------------------------------------------------------------
     def _follow(self, g: Graph, src: Node | None, dst: Node, mult: float) -> bool:
-        """``ncclTopoFollowPath``: take (``mult`` > 0) or give back one channel's bandwidth."""
+        """``ncclTopoFollowPath``: take (``mult`` > 0) or give back one channel's bandwidth.
+
+        The search calls this millions of times, so a path's links are looked up once
+        (``_path_links``) and the bandwidth in MB/s once per speed (``needs``).
+        """
         if src is None:
             return True
-        key = (src, dst)
-        if key not in self.follow_cache:
-            path, rev = self.sys.path(src, dst), self.sys.path(dst, src)
-            intra = src.kind in ("gpu", "nvs") and dst.kind in ("gpu", "nvs")
-            # Intel root complexes split GPU P2P into 64 B TLPs: PCIe hops cost 6/5 of the bandwidth
-            pci_factor = 1.2 if (path and path.type == PathType.PHB and src.kind == "gpu"
-                                 and self.sys.cpu_vendor == "intel") else 1.0
-            links = [(lk, lk.kind == "pci" and pci_factor != 1.0) for lk in path.links] if path else []
-            self.follow_cache[key] = (path.type if path else PathType.DIS, rev.type if rev else PathType.DIS,
-                                      intra, links)
-        ptype, rev_type, intra, links = self.follow_cache[key]
-        if ptype >= PathType.DIS:
+        entry = self.follow_cache.get((src, dst))
+        if entry is None:
+            entry = self.follow_cache[src, dst] = self._path_links(src, dst)
+        ptype, rev_type, intra, plain, pci = entry
+        if ptype >= _DIS:
             return False
         bw = (g.bw_intra if intra else g.bw_inter) * mult
-        need, need_pci = round(bw * 1000), round(bw * 1200)
+        needs = self.needs.get(bw)
+        if needs is None:
+            needs = self.needs[bw] = (round(bw * 1000), round(bw * 1200))
+        need, need_pci = needs
         cap = self.cap
         if mult > 0:
             limit = g.type_intra if intra else g.type_inter
-            if ptype > limit or (g.pattern in (BALANCED_TREE, TREE) and rev_type > limit):
+            if ptype > limit or (rev_type > limit and g.pattern in (BALANCED_TREE, TREE)):
                 return False
-            if any(cap[link] < (need_pci if pci else need) for link, pci in links):
-                return False
-        for link, pci in links:  # followPath: all links or none
-            cap[link] -= need_pci if pci else need
-        g.hops += len(links) if mult > 0 else -len(links)
+            for link in plain:
+                if cap[link] < need:
+                    return False
+            for link in pci:
+                if cap[link] < need_pci:
+                    return False
+        for link in plain:  # followPath: all links or none
+            cap[link] -= need
+        for link in pci:
+            cap[link] -= need_pci
+        g.hops += len(plain) + len(pci) if mult > 0 else -len(plain) - len(pci)
         return True
+
+    def _path_links(self, src: Node, dst: Node) -> tuple:
+        """(path type, reverse path type, intra-node, links at full cost, PCIe links at 6/5 cost)."""
+        path, rev = self.sys.path(src, dst), self.sys.path(dst, src)
+        intra = src.kind in ("gpu", "nvs") and dst.kind in ("gpu", "nvs")
+        # Intel root complexes split GPU P2P into 64 B TLPs: PCIe hops cost 6/5 of the bandwidth
+        pci_factor = (path is not None and path.type == PathType.PHB and src.kind == "gpu"
+                      and self.sys.cpu_vendor == "intel")
+        links = path.links if path else []
+        plain = tuple(lk for lk in links if not (pci_factor and lk.kind == "pci"))
+        pci = tuple(lk for lk in links if pci_factor and lk.kind == "pci")
+        return (int(path.type) if path else _DIS, int(rev.type) if rev else _DIS, intra, plain, pci)
+
+
+_DIS = int(PathType.DIS)
 
 
 def _better(g: Graph, ref: Graph, ngpus: int) -> bool:
