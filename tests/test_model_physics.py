@@ -22,6 +22,8 @@ from twin.model.schedule import (
     build_schedule,
     check_supported,
     memory_ops_per_byte,
+    phased_gbps,
+    ring_phases,
     schedule_for,
     tree_cta_gbps,
     tree_split,
@@ -269,3 +271,31 @@ def test_every_supported_prediction_is_finite_and_positive(case, nbytes, data):
     times = np.asarray(s.time_us())
     assert np.all(np.isfinite(times)) and np.all(times > 0), (case, nchannels, nthreads)
     assert s.step_us > 0 and np.all(np.asarray(s.gbps) > 0)
+
+
+def test_ring_channels_keep_in_step_so_the_final_copy_idles_the_link():
+    """Real measurements (benchmarks/data/h200x2-channels.json, 256 MiB, 2 H200s): at 16 channels
+    a channel sends 13-16 GB/s where 1-8 channels sent 15-21, though the NVLink share is still
+    above its CTA's rate.  A channel runs its primitives one after another, and the final receive
+    (a local copy) leaves the link idle, so once the link binds the sends the copy comes on top."""
+    data = json.loads((ROOT / "benchmarks" / "data" / "h200x2-channels.json").read_text())
+    geom = CommGeometry(load_cluster("hgx-h200", gpus_per_node=2))
+    threads = {"simple": 544, "simple256": 288, "ll128": 640, "ll": 512}
+    protos = {"simple": Proto.SIMPLE, "simple256": Proto.SIMPLE, "ll128": Proto.LL128, "ll": Proto.LL}
+    chunks = {Proto.SIMPLE: 1 << 21, Proto.LL128: 576000, Proto.LL: 32768}
+    ops = {"allreduce": Op.ALLREDUCE, "allgather": Op.ALLGATHER, "reducescatter": Op.REDUCESCATTER}
+    checked = 0
+    for run, body in data["runs"].items():
+        proto = protos[run]
+        for r in body["rows"]:
+            if r["kind"] != "bandwidth" or r["nchannels"] < 8:
+                continue
+            config = Config(Algo.RING, proto, Transport.P2P, r["nchannels"], threads[run], chunks[proto])
+            s = build_schedule(geom, ops[r["op"]], r["nbytes"], config)
+            assert float(s.gbps) == pytest.approx(r["sent_gbps_per_channel"], rel=0.15), (run, r)
+            checked += 1
+    assert checked == 4 * 3 * 2
+    sends_only = ring_phases(Op.ALLREDUCE, 2, direct=True)
+    assert not any(not p.sends for p in sends_only)  # direct pointers: no final copy
+    assert phased_gbps(ring_phases(Op.ALLREDUCE, 2), 100.0, 80.0) == pytest.approx(80.0 / 4)  # CTA-bound
+    assert phased_gbps(ring_phases(Op.ALLREDUCE, 2), 15.0, 80.0) < 15.0 * 0.85  # link-bound sends

@@ -61,7 +61,9 @@ class Schedule:
     step_us: float
     launch_us: float
     cap_gbps: float = np.inf
-    """What the channel's CTA can copy, whatever the links offer."""
+    """What the channel moves at most, whatever else shares its links: its CTA's copy rate; for
+    ring rounds, its primitives one after another at the links' uncontended share
+    (``phased_gbps``), so under contention the engines take the smaller of this and their share."""
     links: tuple = ()
     """``LinkUse`` of every directed link the collective's channels load."""
     one_way: bool = False
@@ -143,8 +145,12 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     unit = LL_UNIT_BYTES.get(proto, chunk / 2)
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
-               extra_launch: float = 0.0, cap=copy) -> Schedule:
+               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = ()) -> Schedule:
         share = geom.share(pattern, nch, proto)
+        if phases:
+            # The channel's primitives run one after another, each at its own pace (below).
+            cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
+                                                                           nthreads, 1.0))
         gbps = np.minimum(share.gbps * rate_scale, cap)
         grain = chunk
         if shape == "pipeline":
@@ -170,9 +176,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         scaled_links(share.links, per_flow))
     if algo is Algo.RING:
         if op is Op.ALLREDUCE:
-            return shaped("rounds", "ring", 2 * (n - 1), n)
+            return shaped("rounds", "ring", 2 * (n - 1), n, phases=ring_phases(op, n, direct))
         if op in (Op.ALLGATHER, Op.REDUCESCATTER):
-            return shaped("rounds", "ring", n - 1, n)
+            return shaped("rounds", "ring", n - 1, n, phases=ring_phases(op, n, direct))
         return shaped("pipeline", "chain", n - 1, 1)  # Broadcast, Reduce
     if algo is Algo.TREE:
         depth = (geom.ppn - 1) + math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else geom.ppn - 1
@@ -218,6 +224,55 @@ def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: 
                       cta_copy_gbps(hbm_gbps, proto, down, 2.0 if direct else 3.0))
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One primitive of a ring loop: ``count`` times per loop, ``ops`` bytes loaded and stored per
+    payload byte, over the link to the next rank or (``sends=False``) local only."""
+
+    count: int
+    ops: float
+    sends: bool = True
+
+
+def ring_phases(op: Op, nranks: int, direct: bool = False) -> tuple[Phase, ...]:
+    """The primitives one channel of a ring runs per loop, in order (``runRing`` of NCCL's
+    ``all_reduce.h``, ``all_gather.h``, ``reduce_scatter.h``), with their memory operations.
+
+    AllReduce: send (2), ``n-2`` receive-reduce-sends (3), a receive-reduce-copy-send (4),
+    ``n-2`` receive-copy-sends (3, 2 direct) and a final receive that copies the result out of the
+    receive buffer (2, nothing direct) without sending.  AllGather: copy-send (3), ``n-2``
+    receive-copy-sends (3, 2 direct), final receive (2, nothing direct).  ReduceScatter: send (2),
+    ``n-2`` receive-reduce-sends (3), a final receive-reduce-copy (3) that sends nothing.
+    """
+    n = max(nranks, 2)
+    if op is Op.ALLREDUCE:
+        phases = (Phase(1, 2), Phase(n - 2, 3), Phase(1, 4), Phase(n - 2, 2 if direct else 3),
+                  Phase(1, 0 if direct else 2, sends=False))
+    elif op is Op.ALLGATHER:
+        phases = (Phase(1, 3), Phase(n - 2, 2 if direct else 3), Phase(1, 0 if direct else 2, sends=False))
+    elif op is Op.REDUCESCATTER:
+        phases = (Phase(1, 2), Phase(n - 2, 3), Phase(1, 3, sends=False))
+    else:
+        raise ValueError(f"{op} has no ring rounds")
+    return tuple(p for p in phases if p.count and p.ops)
+
+
+def phased_gbps(phases: tuple[Phase, ...], link_gbps, ops_gbps):
+    """Payload rate of a ring channel whose CTA runs ``phases`` one after another.
+
+    A CTA executes each primitive to the end of its slice before it starts the next, and every
+    channel of the collective does the same work in the same order, so the channels keep in step:
+    a primitive that sends goes at the slower of the link share (``link_gbps``) and the CTA's
+    memory operations (``ops_gbps`` bytes loaded plus stored per second), and the final receive,
+    which only copies locally, leaves the link idle meanwhile.  When every phase is bound by the
+    CTA this is its rate at the loop's mean operations per byte; when the link binds the sends,
+    the local phase comes on top (a 2-rank AllReduce: one local copy per two sends).
+    """
+    seconds = sum(p.count * (np.maximum(1.0 / link_gbps, p.ops / ops_gbps) if p.sends else p.ops / ops_gbps)
+                  for p in phases)
+    return sum(p.count for p in phases if p.sends) / seconds
+
+
 def memory_ops_per_byte(op: Op, algo: Algo, nranks: int, direct: bool = False) -> float:
     """Bytes the busiest CTA loads and stores per payload byte it sends, from NCCL's primitives.
 
@@ -236,12 +291,9 @@ def memory_ops_per_byte(op: Op, algo: Algo, nranks: int, direct: bool = False) -
     point-to-point: a load and a store.
     """
     n = max(nranks, 2)
-    if algo in (Algo.RING, Algo.PAT) and op is Op.ALLREDUCE:
-        return ((5 if direct else 6) * n - 4) / (2 * n - 2)
-    if algo in (Algo.RING, Algo.PAT) and op is Op.ALLGATHER:
-        return ((2 if direct else 3) * n - 1) / (n - 1)
-    if algo in (Algo.RING, Algo.PAT) and op is Op.REDUCESCATTER:
-        return (3 * n - 1) / (n - 1)
+    if algo in (Algo.RING, Algo.PAT) and op in (Op.ALLREDUCE, Op.ALLGATHER, Op.REDUCESCATTER):
+        phases = ring_phases(op, n, direct)
+        return sum(p.count * p.ops for p in phases) / sum(p.count for p in phases if p.sends)
     if algo in (Algo.TREE, Algo.COLLNET_CHAIN) and op is Op.ALLREDUCE:
         # Two ranks have no middle: the root receives, reduces, keeps and sends back (4).  (A tree
         # channel's rate comes from ``tree_cta_gbps``; this is its whole CTA's count.)
