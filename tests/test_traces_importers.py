@@ -234,7 +234,7 @@ def test_import_and_summary(tmp_path):
     out = tmp_path / "job.json.gz"
     result = runner.invoke(app, ["import", *map(str, FR_FILES), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert "2 rank(s), 20 events, 3 distinct tasks" in result.output
+    assert "2 rank(s) in the trace, 20 events, 3 distinct tasks" in result.output
     assert load_trace(out).world_size == 4 and gzip.decompress(out.read_bytes()).startswith(b'{"format"')
     table = runner.invoke(app, ["summary", str(out)])
     assert table.exit_code == 0 and "allreduce" in table.output and "55.8%" in table.output

@@ -10,9 +10,8 @@ from traces.task import Op, Task
 from tuner.candidates import Candidates
 from tuner.config import Algo, Config, Proto, Subspace, Transport
 from tuner.knobs import ALL_TIERS, Knob, Tier, changeable_knobs, knob_tiers
-from tuner.rules import ALGORITHMS_FOR_OP, CommFacts, subspace_problem
+from tuner.rules import CommFacts, subspace_problem
 from tuner.space import ConfigError, ConfigSpace, channel_cap
-from twin.model.schedule import ALGORITHMS_FOR_OP as TWIN_ALGORITHMS_FOR_OP
 from twin.model.schedule import Unsupported, check_supported
 from twin.predict import Twin
 from twin.rank import comm_facts
@@ -85,11 +84,6 @@ def test_space_subspaces_are_exactly_what_the_twin_can_run(preset, nodes, gpus):
         if not facts.nvls:  # the twin checks for NVSwitch only; NCCL also needs Hopper or later
             twins = {(a, p) for a, p in twins if a not in (Algo.NVLS, Algo.NVLS_TREE)}
         assert mine == twins, op
-
-
-def test_rules_list_the_same_algorithms_per_op_as_the_twin():
-    """tuner.rules and twin.model.schedule must not drift apart."""
-    assert ALGORITHMS_FOR_OP == TWIN_ALGORITHMS_FOR_OP
 
 
 def test_channel_caps():

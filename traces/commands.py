@@ -14,6 +14,8 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
@@ -57,6 +59,22 @@ _JSON_SIGNS = (
 )
 
 
+@contextmanager
+def errors_exit(*kinds: type[Exception]) -> Iterator[None]:
+    """Turn the errors a user can cause (``TraceError`` unless told) into ``error: …`` and exit status 1."""
+    caught = kinds or (TraceError,)
+    try:
+        yield
+    except caught as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _described(trace) -> str:
+    events = sum(len(r.events) for r in trace.ranks)
+    return f"{len(trace.ranks)} rank(s) in the trace, {events} events, {len(trace.tasks())} distinct tasks"
+
+
 def detect_format(path: str) -> Format:
     """Tell the format of a file from its first 64 KiB."""
     try:
@@ -98,7 +116,7 @@ def import_(
 ) -> None:
     """Import Kineto, execution-trace, flight-recorder or nccl-tests files; write nothing on error."""
     paths = [str(f) for f in files]
-    try:
+    with errors_exit():
         formats = {detect_format(p) if fmt is Format.AUTO else fmt for p in paths}
         if len(formats) > 1:
             raise TraceError(f"the files are of different formats ({', '.join(sorted(formats))})")
@@ -117,13 +135,7 @@ def import_(
         }
         trace = readers[chosen](paths) if chosen is Format.KINETO else readers[chosen](paths, rank or None)
         save_trace(trace, output)
-    except TraceError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
-    events = sum(len(r.events) for r in trace.ranks)
-    typer.echo(
-        f"wrote {output}: {len(trace.ranks)} rank(s), {events} events, {len(trace.tasks())} distinct tasks"
-    )
+    typer.echo(f"wrote {output}: {_described(trace)}")
 
 
 @app.command()
@@ -132,11 +144,8 @@ def summary(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Distinct tasks with calls and bytes per iteration and their share of the traffic."""
-    try:
+    with errors_exit(TraceError, OSError):
         result = summarize(load_trace(trace_file))
-    except (TraceError, OSError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(json.dumps(result, indent=1) if as_json else format_summary(result))
 
 
@@ -159,13 +168,10 @@ def capture(
     An iteration ends at each optimizer step. For several hosts, run
     `torchrun ... -m traces.capture -o job.json train.py` yourself.
     """
-    try:
+    with errors_exit():
         check_writable(output)
         if not script.is_file():
             raise TraceError("no such script", script)
-    except TraceError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
     command = torchrun_command(
         script, ctx.args, output, nproc_per_node=nproc_per_node, iterations=iterations, warmup=warmup
     )
@@ -202,20 +208,13 @@ def generate(
     ] = None,
 ) -> None:
     """Generate a training trace from a model and a parallelism plan; write nothing on error."""
-    try:
+    with errors_exit():
         work = workload(
             preset, model=model, plan=None if plan is None else str(plan), overrides=_plan_overrides(settings or [])
         )
         trace = generate_trace(work, iterations, "all" if all_ranks else "representative")
         save_trace(trace, output)
-    except TraceError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
-    events = sum(len(r.events) for r in trace.ranks)
-    typer.echo(
-        f"wrote {output}: {work.name}, world size {trace.world_size}, {len(trace.ranks)} rank(s) in the trace, "
-        f"{events} events, {len(trace.tasks())} distinct tasks"
-    )
+    typer.echo(f"wrote {output}: {work.name}, world size {trace.world_size}, {_described(trace)}")
 
 
 @app.command()

@@ -23,23 +23,13 @@ import numpy as np
 
 from traces.task import Op
 from tuner.config import Algo, Config, Proto
+from tuner.rules import ALGORITHMS_FOR_OP
 from twin.model.geometry import CommGeometry, LinkUse
 from twin.model.protocols import EXTRA_GPU_LAUNCH_US, LAUNCH_US, cta_copy_gbps
 
 LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
 """LL/LL128 cut-through grain: what one warp writes before the receiver can act on it (LL: eight
 8-byte lines per lane, NCCL_LL_LINES_PER_THREAD)."""
-
-ALGORITHMS_FOR_OP = {
-    Op.ALLREDUCE: (Algo.RING, Algo.TREE, Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN),
-    Op.ALLGATHER: (Algo.RING, Algo.PAT, Algo.NVLS, Algo.COLLNET_DIRECT),
-    Op.REDUCESCATTER: (Algo.RING, Algo.PAT, Algo.NVLS, Algo.COLLNET_DIRECT),
-    Op.BROADCAST: (Algo.RING,),
-    Op.REDUCE: (Algo.RING,),
-    Op.ALLTOALL: (Algo.RING,),
-    Op.SENDRECV: (Algo.RING,),
-}
-"""Algorithms NCCL implements for each op; AllToAll and SendRecv are point-to-point, named RING."""
 
 SIMPLE_ONLY = (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN, Algo.PAT)
 
