@@ -13,7 +13,9 @@ This search keeps the subspace rounds and changes the rest:
   remaining point is within noise of the best.  Lines cycle NC → NT → C → NC with NC·C held
   (the paper's own model counts ``M / (NC·C)`` steps, so the optimum often lies in a valley
   along which NC·C is constant, which single axes cross but do not follow) until a whole cycle
-  moves nothing (or ``max_cycles``).
+  moves nothing (or ``max_cycles``).  Chunks larger than one loop of a channel carries all run
+  the same single loop, so the chunk line stops at the first of them, NC·C counts the chunk only
+  up to that share, and the cold centre (NCCL's default resources) starts below it.
 * **Noise.**  Scores are trimmed means (fastest 75 % of samples).  A move to a point less
   than ``tolerance`` faster than the centre is confirmed first: both are measured again, up
   to ``max_repeats`` samples each.  At the end the ``verify`` best configs are measured up to
@@ -24,8 +26,9 @@ This search keeps the subspace rounds and changes the rest:
   its predicted best point; one predicted above ``warm_ratio`` × the predicted best is only
   probed there once, and searched only if that probe is within ``screen_ratio`` of the best
   (a plan that misjudges a subspace costs one trial, not the optimum).  When the warm-started
-  jobs are done, the winning subspace is searched once more from the cold centre (NCCL's
-  default resources), in case the plan's point sat in a local optimum.
+  jobs are done and the winner measures slower than the plan predicted for its subspace, that
+  subspace is searched once more from the cold centre (NCCL's default resources): the plan's
+  point may have sat in a local optimum.
 
 NCCL's default config is measured first when given, so the winner never measures slower than it.
 """
@@ -38,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from tuner.config import Config, Subspace
+from traces.task import Op
+from tuner.config import Algo, Config, Subspace
 from tuner.search.base import Search
 from tuner.search.warm import order_by_plan
 from tuner.space import ConfigSpace
@@ -139,12 +143,14 @@ class Ours(Search):
             self.jobs = [_Job(c.subspace, self._index(c), probe=t > self.warm_ratio * fastest) for c, t in starts]
 
     def _second_start(self) -> bool:
-        """After a warm start, search the winning subspace once more from the cold centre: the
-        plan's point is one guess, and a wrong one leaves the lines in its local optimum."""
+        """After a warm start whose winner measures slower than the plan promised, search the
+        winning subspace once more from the cold centre: the plan's point is one guess, and a
+        wrong one leaves the lines in its local optimum."""
         if self.warm_start is None or self.best is None or any(j.probe is None for j in self.jobs):
             return False
         s = self.best[0].subspace
-        if s not in self.space.subspaces:  # NCCL's default won, off the grid
+        promised = min((t for c, t in self.warm_start if c.subspace == s), default=None)
+        if s not in self.space.subspaces or promised is None or self.best[1] <= promised * (1 + self.tolerance):
             return False
         center = self._index(self._cold_center(s))
         if any(j.subspace == s and j.center == center for j in self.jobs):
@@ -154,14 +160,17 @@ class Ours(Search):
         return True
 
     def _cold_center(self, s: Subspace) -> Config:
+        """NCCL's default resources (or the middle of the grid), with the chunk no larger than one
+        loop of a channel carries: every larger chunk runs the same single loop, a plateau on which
+        no line search can find a direction."""
         grid = self.space.grid(s)
         if self.default is not None:
-            d = self.default
-            return self.space.nearest(Config(s.algo, s.proto, s.transport, d.nchannels, d.nthreads, d.chunk_bytes))
-        nt = grid.nthreads[-1]
-        chunks = grid.chunks[nt]
-        return Config(s.algo, s.proto, s.transport, int(grid.nchannels[len(grid.nchannels) // 4]), nt,
-                      int(chunks[len(chunks) // 2]))
+            nc, nt, chunk = self.default.nchannels, self.default.nthreads, self.default.chunk_bytes
+        else:
+            nc, nt = int(grid.nchannels[len(grid.nchannels) // 4]), grid.nthreads[-1]
+            chunk = int(grid.chunks[nt][len(grid.chunks[nt]) // 2])
+        chunk = min(chunk, max(1, round(self._loop_share(s, nc))))
+        return self.space.nearest(Config(s.algo, s.proto, s.transport, nc, nt, chunk))
 
     def _index(self, config: Config) -> int:
         return self.space.candidates(config.subspace).index(config)
@@ -207,25 +216,36 @@ class Ours(Search):
             self._finish_line(job, confirmed=False)
 
     def _values(self, job: _Job, axis: int) -> np.ndarray:
+        """The values a line along ``axis`` can take; chunks stop at the first one that holds a
+        channel's whole share of the message (larger ones run the same single loop)."""
         grid = self.space.grid(job.subspace)
-        nt = self.space.candidates(job.subspace).points[job.center][1]
+        nc, nt, _ = self.space.candidates(job.subspace).points[job.center]
         if axis in (0, VALLEY):
             return np.asarray(grid.nchannels)
         if axis == 1:
             return np.asarray(grid.nthreads)
-        return np.asarray(grid.chunks[int(nt)])
+        chunks = np.asarray(grid.chunks[int(nt)])
+        return chunks[:int(np.searchsorted(chunks, self.space.task.nbytes / nc)) + 1]
 
     def _point(self, job: _Job, axis: int, value: int) -> int:
         """The grid point of the centre with ``axis`` set to ``value`` (chunk snapped for NT)."""
         cands = self.space.candidates(job.subspace)
         nc, nt, chunk = (int(v) for v in cands.points[job.center])
         coords = [nc, nt, chunk]
-        if axis == VALLEY:
-            coords = [int(value), nt, max(1, round(nc * chunk / int(value)))]
+        if axis == VALLEY:  # hold NC·C, C counted only up to what one loop of a channel carries
+            coords = [int(value), nt, max(1, round(nc * min(chunk, self._loop_share(job.subspace, nc)) / int(value)))]
         else:
             coords[axis] = int(value)
         s = job.subspace
         return cands.index(cands.nearest(Config(s.algo, s.proto, s.transport, *coords)))
+
+    def _loop_share(self, subspace: Subspace, nc: int) -> float:
+        """The bytes one chunk of a channel can carry: a ring loop of AllReduce, AllGather or
+        ReduceScatter moves ``nranks`` chunks, every other schedule one."""
+        task = self.space.task
+        rounds = subspace.algo in (Algo.RING, Algo.PAT) and task.op in (Op.ALLREDUCE, Op.ALLGATHER,
+                                                                              Op.REDUCESCATTER)
+        return task.nbytes / (nc * (task.nranks if rounds else 1))
 
     def _rungs(self, n: int, log: bool, center_pos: int) -> list[int]:
         if n <= self.ladder + 1:
@@ -279,16 +299,15 @@ class Ours(Search):
         return mid
 
     def _finish_line(self, job: _Job, *, confirmed: bool) -> None:
-        """Move the centre to the line's best if it is faster beyond doubt; next axis."""
+        """Move the centre to the line's best if it is faster beyond doubt (a move of less than
+        ``tolerance`` is measured again first); then on to the next axis."""
         best = job.line[self._line_best(job)] if job.line else job.center
         center_score, best_score = self._job_score(job, job.center), self._job_score(job, best)
-        moved = False
-        if best != job.center and best_score < center_score:
-            close = best_score > center_score * (1 - self.tolerance)
-            if close and not confirmed:
-                job.confirming = [best, job.center]
-                return
-            moved = True
+        moved = best != job.center and best_score < center_score
+        if moved and best_score > center_score * (1 - self.tolerance) and not confirmed:
+            job.confirming = [best, job.center]
+            return
+        if moved:
             job.center = best
         job.line = {}
         job.rounds += 1
