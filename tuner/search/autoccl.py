@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from tuner.config import Config, Subspace
-from tuner.search.base import Search
+from tuner.search.base import Search, subspace_names
 from tuner.search.warm import order_by_plan
 from tuner.space import ConfigSpace
 
@@ -76,7 +76,7 @@ class _Job:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("status", "pretrain_left", "start", "train_trials", "retry", "cur",
                                            "dim", "positive", "lr", "conv", "next_points")}
-        d["subspace"] = [str(self.subspace.algo), str(self.subspace.proto), str(self.subspace.transport)]
+        d["subspace"] = subspace_names(self.subspace)
         d["visited"] = np.flatnonzero(self.visited).tolist()
         return d
 
@@ -296,8 +296,7 @@ class AutoCCL(Search):
         self.started, self.turn = state["started"], state["turn"]
         self.jobs = []
         for d in state["jobs"]:
-            subspace = next(s for s in self.space.subspaces if [str(s.algo), str(s.proto), str(s.transport)]
-                            == d["subspace"])
+            subspace = self._subspace_named(d["subspace"])
             job = _Job(subspace, **{k: d[k] for k in ("status", "pretrain_left", "start", "train_trials", "retry",
                                                        "cur", "dim", "positive", "lr", "conv", "next_points")})
             job.visited = np.zeros(self.space.candidates(subspace).size, dtype=bool)

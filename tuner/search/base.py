@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tuner.codec import config_from_dict, config_to_dict
-from tuner.config import Config
+from tuner.config import Config, Subspace
 from tuner.space import ConfigSpace
 
 STATE_VERSION = 1
@@ -152,6 +152,15 @@ class Search:
 
     def _load(self, state: dict[str, Any]) -> None:
         """Restore the fields ``_state`` saved."""
+
+    def _subspace_named(self, names: list[str]) -> Subspace:
+        """The space's subspace that ``subspace_names`` wrote as ``names``."""
+        return next(s for s in self.space.subspaces if subspace_names(s) == names)
+
+
+def subspace_names(subspace: Subspace) -> list[str]:
+    """``[algo, proto, transport]``: how a saved state names a subspace."""
+    return [str(subspace.algo), str(subspace.proto), str(subspace.transport)]
 
 
 def _encode(value: Any) -> Any:

@@ -43,7 +43,7 @@ import numpy as np
 
 from traces.task import Op
 from tuner.config import Algo, Config, Subspace
-from tuner.search.base import Search
+from tuner.search.base import Search, subspace_names
 from tuner.search.warm import order_by_plan
 from tuner.space import ConfigSpace
 
@@ -72,7 +72,7 @@ class _Job:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("center", "status", "axis", "rounds", "cycles", "stall", "confirming",
                                            "probe")}
-        d["subspace"] = [str(self.subspace.algo), str(self.subspace.proto), str(self.subspace.transport)]
+        d["subspace"] = subspace_names(self.subspace)
         d["line"] = {str(k): v for k, v in self.line.items()}
         return d
 
@@ -334,8 +334,7 @@ class Ours(Search):
         self.stage, self.turn = state["stage"], state["turn"]
         self.jobs = []
         for d in state["jobs"]:
-            subspace = next(s for s in self.space.subspaces if [str(s.algo), str(s.proto), str(s.transport)]
-                            == d["subspace"])
+            subspace = self._subspace_named(d["subspace"])
             job = _Job(subspace, **{k: d[k] for k in ("center", "status", "axis", "rounds", "cycles", "stall",
                                                        "confirming", "probe")})
             job.line = {int(k): v for k, v in d["line"].items()}
