@@ -18,6 +18,7 @@ from twin.model.netpath import net_step_latency_us, proxy_overhead_us
 from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
 from twin.model.schedule import (
     ALGORITHMS_FOR_OP,
+    SIMPLE_SLICE_SYNC_US,
     Unsupported,
     build_schedule,
     check_supported,
@@ -299,3 +300,26 @@ def test_ring_channels_keep_in_step_so_the_final_copy_idles_the_link():
     assert not any(not p.sends for p in sends_only)  # direct pointers: no final copy
     assert phased_gbps(ring_phases(Op.ALLREDUCE, 2), 100.0, 80.0) == pytest.approx(80.0 / 4)  # CTA-bound
     assert phased_gbps(ring_phases(Op.ALLREDUCE, 2), 15.0, 80.0) < 15.0 * 0.85  # link-bound sends
+
+
+def test_nvls_needs_hopper_even_on_an_nvswitch_node(a100_nodes):
+    """An A100 node has NVSwitches but no NVLink SHARP (NCCL enables NVLS from sm_90)."""
+    with pytest.raises(Unsupported, match="sm_90"):
+        check_supported(a100_nodes[1], Op.ALLREDUCE, Algo.NVLS, Proto.SIMPLE)
+    check_supported(CommGeometry(load_cluster("dgx-h100", nodes=1)), Op.ALLREDUCE, Algo.NVLS, Proto.SIMPLE)
+
+
+def test_a_simple_ring_slice_is_half_of_what_a_step_carries(a100_nodes):
+    """A loop that carries less than a chunk is cut into two slices of what it carries (not of the
+    nominal chunk), never below NCCL's smallest slice, and each slice costs a hand-over."""
+    geom = a100_nodes[1]
+    small, large = (build_schedule(geom, Op.ALLREDUCE, 8 * MIB, Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 8, 256,
+                                                                      chunk)) for chunk in (1 * MIB, 4 * MIB))
+    assert small.step_bytes == large.step_bytes == 8 * MIB / 8 / 8
+    assert small.unit_bytes == large.unit_bytes == small.step_bytes / 2
+    assert small.sync_us == large.sync_us == 2 * SIMPLE_SLICE_SYNC_US
+    tiny = build_schedule(geom, Op.ALLREDUCE, 64 * 8 * 8 * 8, Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 8, 256,
+                                                                   1 * MIB))
+    assert tiny.unit_bytes == tiny.step_bytes and tiny.sync_us == SIMPLE_SLICE_SYNC_US
+    ll = build_schedule(geom, Op.ALLREDUCE, 8 * MIB, Config(Algo.RING, Proto.LL, Transport.P2P, 8, 256, 32768))
+    assert ll.sync_us == 0

@@ -41,6 +41,8 @@ def _collective(env: simpy.Environment, net: FluidNetwork, run: CollectiveRun, e
         transfer = net.start(float(s.step_bytes), s.links, float(s.cap_gbps))
         latency = env.timeout(float(s.latency_us(max(transfer.rate_gbps, 1e-9))))
         yield transfer.done & latency
+        if s.sync_us:
+            yield env.timeout(float(s.sync_us))
     ends[index] = env.now
 
 
@@ -67,5 +69,4 @@ def lumped_cap_gbps(s: Schedule, copy_scale: float = 1.0) -> float:
     takes memory bandwidth from it).
     """
     gbps = min(float(s.gbps), float(s.cap_gbps) * copy_scale)
-    step_us = max(float(s.step_bytes) / (gbps * 1e3), float(s.latency_us(gbps)))
-    return float(s.step_bytes) / (step_us * 1e3)
+    return float(s.step_bytes) / (float(s.step_time_us(gbps)) * 1e3)

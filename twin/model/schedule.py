@@ -11,7 +11,9 @@ Two shapes cover NCCL's algorithms:
   times after the first one entered it.
 
 Per step, ``unit_bytes`` is the cut-through grain: a receiver forwards a Simple slice once it
-has all of it, but LL and LL128 data line by line, so their steps overlap almost entirely.
+has all of it (a ring step is cut into two slices of what it really carries), but LL and LL128
+data line by line, so their steps overlap almost entirely.  Ring and Tree Simple CTAs also pay
+a fixed hand-over per slice (``sync_us``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,36 @@ from twin.model.protocols import EXTRA_GPU_LAUNCH_US, LAUNCH_US, cta_copy_gbps
 LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
 """LL/LL128 cut-through grain: what one warp writes before the receiver can act on it (LL: eight
 8-byte lines per lane, NCCL_LL_LINES_PER_THREAD)."""
+
+MIN_SIMPLE_SLICE_BYTES = 32 << 10
+"""Smallest slice of a Simple ring step: ``prims_simple.h`` cuts a step of ``nelem`` into
+``SlicePerChunk`` (2) slices of ``max(nelem / 2, sliceSize / 32)``, where ``sliceSize`` is two FIFO
+steps of the default 4 MiB buffer (2 × 512 KiB): 32 KiB."""
+
+
+def simple_slice_bytes(step_bytes):
+    """What a Simple ring rank receives before it can forward: half the bytes its step really
+    carries (not the nominal chunk), but never less than ``MIN_SIMPLE_SLICE_BYTES`` of them."""
+    return np.maximum(step_bytes / 2, np.minimum(step_bytes, MIN_SIMPLE_SLICE_BYTES))
+
+
+SIMPLE_SLICE_SYNC_US = 3.0
+"""What handing over one Simple slice costs a Ring or Tree CTA, with nothing moving meanwhile: its
+threads meet at a barrier, fence the slice's stores, post the step counter to the peer, and
+the next primitive polls for its own (``prims_simple.h``).  The same threads wait, copy and
+post, so nothing hides it; NVLS and point-to-point kernels give those roles to separate warps.
+Measured, not taken from NCCL's tables (whose Simple NVLink step latency is 3.4 µs): the best
+fit to our 2×H200 AllReduce sweep between 2 and 32 MiB, where a step carries less than a
+chunk (``benchmarks/accuracy.py``: Ring Simple 12% → 6% error, Tree Simple 16% → 11%, and
+Azure A100 2-, 16- and 64-GPU files closer; vTrain's A100 LUT 5% → 8%)."""
+
+
+def slice_sync_us(algo: Algo, proto: Proto, slices_per_step):
+    """Per step, the CTA's hand-over of each Simple slice (LL and LL128 flag every line inline)."""
+    if proto is not Proto.SIMPLE or algo not in (Algo.RING, Algo.TREE):
+        return 0.0
+    return SIMPLE_SLICE_SYNC_US * np.ceil(slices_per_step - 1e-9)
+
 
 SIMPLE_ONLY = (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN, Algo.PAT)
 
@@ -58,6 +90,9 @@ class Schedule:
     """``LinkUse`` of every directed link the collective's channels load."""
     one_way: bool = False
     """The data flows one way down a chain (Broadcast, Reduce): back-to-back calls overlap."""
+    sync_us: float = 0.0
+    """Per step, what the channel's CTA spends handing its slices over (``slice_sync_us``):
+    nothing moves meanwhile, so it comes on top of the step's transfer."""
 
     @property
     def n_steps(self):
@@ -79,16 +114,18 @@ class Schedule:
         """
         if not self.one_way:
             return self.time_us()
-        step = np.maximum(self.step_bytes / (self.gbps * 1e3), self.latency_us(self.gbps))
-        return self.launch_us + self.loops * step
+        return self.launch_us + self.loops * self.step_time_us(self.gbps)
 
     def time_us(self):
         """Closed form: the time the engines agree on for an uncontended run.
 
         Every field may be a numpy array (the fast path sweeps threads and chunk sizes at once).
         """
-        step = np.maximum(self.step_bytes / (self.gbps * 1e3), self.latency_us(self.gbps))
-        return self.launch_us + self.n_steps * step
+        return self.launch_us + self.n_steps * self.step_time_us(self.gbps)
+
+    def step_time_us(self, gbps):
+        """One step at ``gbps``: its transfer or its latency, whichever is longer, then its sync."""
+        return np.maximum(self.step_bytes / (gbps * 1e3), self.latency_us(gbps)) + self.sync_us
 
 
 def check_supported(geom: CommGeometry, op: Op, algo: Algo, proto: Proto) -> None:
@@ -102,6 +139,9 @@ def check_supported(geom: CommGeometry, op: Op, algo: Algo, proto: Proto) -> Non
         raise Unsupported(f"{op} is point-to-point and uses the simple protocol")
     if algo in (Algo.NVLS, Algo.NVLS_TREE) and not geom.cluster.has_nvswitch():
         raise Unsupported(f"{algo} needs NVSwitch (NVLink SHARP); this cluster has none")
+    if algo in (Algo.NVLS, Algo.NVLS_TREE) and geom.cluster.gpu.sm_version < 90:
+        raise Unsupported(f"{algo} needs Hopper or newer (sm_90); {geom.cluster.gpu.model} is "
+                          f"sm_{geom.cluster.gpu.sm_version}")
     if algo is Algo.NVLS_TREE and geom.nnodes == 1:
         raise Unsupported("nvls_tree needs more than one node")
     if algo is Algo.NVLS and geom.nnodes > 1 and op is not Op.ALLREDUCE:
@@ -149,8 +189,11 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             grain = np.minimum(chunk, unit + gbps * 1e3 * share.step_us)
         loops = np.maximum(1, np.ceil(per_channel / (loop_bytes_per_chunk * grain)))
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
-        return Schedule(shape, steps, loops, step_bytes, np.minimum(unit, step_bytes), gbps, share.step_us,
-                        launch + extra_launch, cap, scaled_links(share.links, rate_scale), pattern == "chain")
+        grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
+                                 else unit, step_bytes)
+        return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
+                        cap, scaled_links(share.links, rate_scale), pattern == "chain",
+                        slice_sync_us(algo, proto, step_bytes / grain_bytes))
 
     if op in (Op.SENDRECV, Op.ALLTOALL):
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
