@@ -40,12 +40,12 @@ from tuner.plan import PlanEntry, RankedSubspace
 from tuner.search import make_search, run
 from tuner.search.base import fastest_share_mean
 from twin.executor import TwinExecutor
-from twin.topology import load_cluster
+from twin.topology import Cluster, load_cluster
 from twin.tune_commands import trace_tasks
 
 WORKLOADS = {"phi2": "phi2-tp8dp4", "llama8b": "llama8b-tp8dp4", "yi34b": "yi34b-tp8pp4", "vgg19": "vgg19-dp32"}
 CLUSTERS = ("a40-nvlink-pairs", "a40-pcie", "dgx-h100", "hgx-h200")
-NODES, GPUS_PER_NODE = 4, 8
+NODES = 4
 MIN_NBYTES = 1 << 20
 RUNS = {  # label: (search, its parameters, warm start: None, "exact" or "off")
     "autoccl": ("autoccl", {}, None),
@@ -67,9 +67,10 @@ PLAN_ERROR = 0.2
 scaled by 2^U(-1, 1) and its threads moved by up to ±128 (a stand-in for the twin's own error)."""
 
 
-def workload_tasks(name: str) -> dict[Task, float]:
-    """Distinct tasks of a bundled trace with ``GxN`` group shapes, and their calls per iteration."""
-    return {task: calls for _, task, calls in trace_tasks(load_trace(path(WORKLOADS[name])), GPUS_PER_NODE)}
+def workload_tasks(name: str, cluster: Cluster) -> dict[Task, float]:
+    """Distinct tasks of a bundled trace placed on ``cluster`` with ``GxN`` group shapes, and their
+    calls per iteration."""
+    return {task: calls for _, task, calls in trace_tasks(load_trace(path(WORKLOADS[name])), cluster)}
 
 
 def first_within(history, executor, task, optimum) -> int | None:
@@ -130,7 +131,7 @@ def bench_cluster(cluster_name: str, workloads: list[str], runs: dict) -> dict:
     out = {}
     for w in workloads:
         rows, iteration = [], {"default": 0.0, "optimum": 0.0, **{label: 0.0 for label in runs}}
-        for seed, (task, calls) in enumerate(sorted(workload_tasks(w).items(), key=lambda kv: -kv[0].nbytes)):
+        for seed, (task, calls) in enumerate(sorted(workload_tasks(w, cluster).items(), key=lambda kv: -kv[0].nbytes)):
             default_us = executor.true_time(task, executor.default_config(task))
             iteration["default"] += calls * default_us
             if task.nbytes < MIN_NBYTES:

@@ -8,10 +8,13 @@ from typer.testing import CliRunner
 
 from ccltwin import app
 from traces.task import Op, Task
+from traces.trace_file import load_trace
 from tuner.plan import save_plan
 from tuner.store import Store
 from twin.rank import rank_tasks
+from twin.replay.comms import Communicators
 from twin.topology import load_cluster
+from twin.tune_commands import trace_tasks
 
 ONE_TASK = ["tune", "--executor", "twin", "--topology", "a40-pcie", "--nodes", "1", "--gpus-per-node", "4",
             "--op", "allreduce", "--nbytes", "8MiB", "--nranks", "4"]
@@ -88,3 +91,15 @@ def test_errors_are_one_line_with_exit_code_2():
         result = invoke(*args)
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output, (args, result.output)
+
+
+def test_trace_tasks_take_their_shapes_from_the_placement_whatif_and_rank_use():
+    """Phi-2 TP8×DP4 on nodes of 4 GPUs: a tensor-parallel group of 8 spans two nodes, a data-parallel
+    group (ranks r, r+8, r+16, r+24) one GPU on each of four."""
+    trace = load_trace("traces/examples/phi2-tp8dp4.json.gz")
+    cluster = load_cluster("dgx-h100", nodes=8, gpus_per_node=4)
+    shapes = {(shaped.op, shaped.nranks): shaped.group for _, shaped, _ in trace_tasks(trace, cluster)}
+    assert shapes[(Op.ALLGATHER, 8)] == "4x2" and shapes[(Op.ALLREDUCE, 4)] == "1x4"
+    placed = Communicators(trace, cluster).task_comms()
+    named = {named for named, _, _ in trace_tasks(trace, cluster)}
+    assert named <= set(placed)

@@ -32,7 +32,8 @@ from tuner.search.base import fastest_share_mean
 from tuner.space import ConfigError
 from tuner.store import Store, StoreError
 from twin.executor import TwinExecutor
-from twin.topology import TopologyError, load_cluster
+from twin.replay.comms import Communicators, cluster_for
+from twin.topology import Cluster, TopologyError, load_cluster
 
 DEFAULT_REPEATS = 3
 """Measurements of NCCL's default behind ``default_time_us`` when the search did not take them."""
@@ -43,22 +44,20 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def trace_tasks(trace: Trace, gpus_per_node: int) -> list[tuple[Task, Task, float]]:
+def trace_tasks(trace: Trace, cluster: Cluster) -> list[tuple[Task, Task, float]]:
     """(task as the trace names it, task with a ``GxN`` group shape, calls per iteration).
 
-    A group whose nodes the trace does not record is placed as torchrun places ranks: rank r on
-    node r // gpus_per_node.  Tasks that end up with the same shape and size are one task.
+    Groups are placed on ``cluster`` as ``ccltwin whatif`` and ``ccltwin rank`` place them
+    (``Communicators``: rank r on GPU r).  Tasks that end up with the same shape and size are one task.
     """
-    shapes = {}
-    for group in trace.groups:
-        per_node = Counter(r // gpus_per_node for r in group.ranks)
-        shapes[group.id] = f"{max(per_node.values())}x{len(per_node)}"
+    calls = trace.tasks()
     merged: dict[Task, tuple[Task, float]] = {}
-    for task, calls in trace.tasks().items():
-        shaped = Task(task.op, task.nbytes, task.nranks, task.dtype, shapes.get(task.group, task.group))
-        if shaped not in merged or calls > merged[shaped][1]:  # groups of one shape run side by side
-            merged[shaped] = (task, calls)
-    return [(named, shaped, calls) for shaped, (named, calls) in merged.items()]
+    for task, comm in Communicators(trace, cluster).task_comms().items():
+        per_node = Counter(cluster.host_of(gpu) for gpu in comm.comms.member_gpus(comm.members))
+        shaped = Task(task.op, task.nbytes, task.nranks, task.dtype, f"{max(per_node.values())}x{len(per_node)}")
+        if shaped not in merged or calls[task] > merged[shaped][1]:  # groups of one shape run side by side
+            merged[shaped] = (task, calls[task])
+    return [(named, shaped, n) for shaped, (named, n) in merged.items()]
 
 
 def replay(search: Search, stored: list[Measurement], executor: TwinExecutor) -> int:
@@ -145,12 +144,15 @@ def tune(
         fail("give either --trace or --op/--nbytes/--nranks")
     echo = (lambda _line: None) if as_json else typer.echo
     try:
-        cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node)
-        runner = TwinExecutor(cluster, noise=noise, seed=seed)
         if trace is not None:
+            loaded = load_trace(trace)
+            cluster = cluster_for(loaded, topology, nodes=nodes, gpus_per_node=gpus_per_node)
+            runner = TwinExecutor(cluster, noise=noise, seed=seed)
             floor = parse_size(min_size)
-            tasks = [(n, t) for n, t, _ in trace_tasks(load_trace(trace), cluster.gpus_per_node) if t.nbytes >= floor]
+            tasks = [(n, t) for n, t, _ in trace_tasks(loaded, cluster) if t.nbytes >= floor]
         else:
+            cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node)
+            runner = TwinExecutor(cluster, noise=noise, seed=seed)
             if nbytes is None or nranks is None:
                 fail("--op needs --nbytes and --nranks")
             placed = runner.twin(Task(parse_op(op), 0, nranks)).task(parse_op(op), parse_size(nbytes), dtype)
