@@ -58,6 +58,13 @@ def test_forced_knobs_are_used_and_others_come_from_nccl():
     assert row["chosen_by"] == "user+nccl" and row["nranks"] == 4
 
 
+def test_nccls_default_depends_on_the_element_type():
+    """NVLink SHARP reduces only the types ``ncclNvlsSupported`` lists: an int8 sum takes the ring."""
+    rows = {dtype: json.loads(simulate("--topology", "dgx-h100", "--op", "allreduce", "--sizes", "256MiB",
+                                       "--dtype", dtype, "--json").output)[0] for dtype in ("float32", "int8")}
+    assert rows["float32"]["algo"] == "nvls" and rows["int8"]["algo"] == "ring"
+
+
 def test_fewer_channels_are_slower_on_a_big_message():
     twin = Twin(load_cluster("dgx-h100"))
     one = twin.predict(Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE, nchannels=1)

@@ -73,7 +73,7 @@ class TwinExecutor:
         return replace(comm_facts(self.twin(task)), transports=self.transports)
 
     def default_config(self, task: Task) -> Config:
-        return self.twin(task).resolve(task.op, task.nbytes)[0]
+        return self.twin(task).resolve(task.op, task.nbytes, dtype=task.dtype)[0]
 
     def true_time(self, task: Task, config: Config) -> float:
         """The twin's noise-free time of ``task`` with ``config``, µs."""

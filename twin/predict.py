@@ -88,14 +88,14 @@ class Twin:
         shape = f"{self.nranks // self.geometry().nnodes}x{self.geometry().nnodes}"
         return Task(op=op, nbytes=nbytes, nranks=self.nranks, dtype=dtype, group=shape)
 
-    def resolve(self, op: Op, nbytes: int, *, algo: Algo | None = None, proto: Proto | None = None,
-                transport: Transport | None = None, nchannels: int | None = None, nthreads: int | None = None,
-                chunk_bytes: int | None = None) -> tuple[Config, str, float | None]:
-        """Fill every knob not given with what NCCL would use; say who chose."""
+    def resolve(self, op: Op, nbytes: int, *, dtype: str = "float32", algo: Algo | None = None,
+                proto: Proto | None = None, transport: Transport | None = None, nchannels: int | None = None,
+                nthreads: int | None = None, chunk_bytes: int | None = None) -> tuple[Config, str, float | None]:
+        """Fill every knob not given with what NCCL would use for ``dtype``; say who chose."""
         given = [k for k in (algo, proto, transport, nchannels, nthreads, chunk_bytes) if k is not None]
         # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
         info = replace(self.nccl, algo_env=algo and str(algo), proto_env=proto and str(proto))
-        choice = nccl_choice(info, op, nbytes)
+        choice = nccl_choice(info, op, nbytes, dtype)
         config = Config(choice.algo, choice.proto, transport or Transport.P2P, nchannels or choice.nchannels,
                         nthreads or choice.nthreads, chunk_bytes or choice.chunk_bytes)
         if not given:
@@ -110,7 +110,7 @@ class Twin:
                 ) -> Prediction:
         """Time ``op`` on ``nbytes`` with the knobs given (others as NCCL would choose them)."""
         task = self.task(op, nbytes, dtype)
-        config, chosen_by, nccl_time = self.resolve(op, nbytes, **knobs)
+        config, chosen_by, nccl_time = self.resolve(op, nbytes, dtype=dtype, **knobs)
         if nbytes == 0:
             return Prediction(task, config, 0.0, chosen_by, nccl_time)
         schedule = self.schedule(task, config)
