@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from example_plugin import plugin_choose, plugin_load
 from test_replay import TraceBuilder
 from typer.testing import CliRunner
 
@@ -180,3 +181,21 @@ def test_rank_command_sizes_the_cluster_to_the_trace_or_says_it_is_too_small(phi
     assert small.exit_code == 2
     assert "needs 4 GPUs" in small.output and "use at least 2 nodes" in small.output
     assert not (tmp_path / "small.json").exists()
+
+
+def test_rank_command_writes_the_predicted_winners_as_tuner_plugin_rules(tmp_path):
+    """Llama-3.1-8B TP8×DP4 on 4 DGX H100: every plan entry's best config comes back from the CSV as
+    the example plugin reads it, for its communicator's node and rank count (TP: 1 node of 8, DP: 4
+    nodes of 1), and sizes between two winners go to the nearer one."""
+    plan_path, csv = tmp_path / "plan.json", tmp_path / "tuner.csv"
+    result = runner.invoke(app, ["rank", "--trace", "traces/examples/llama8b-tp8dp4.json.gz", "--topology",
+                                 "dgx-h100", "-o", str(plan_path), "--csv", str(csv)])
+    assert result.exit_code == 0, result.output
+    assert f"NCCL_TUNER_CONFIG_FILE={csv.resolve()}" in result.output
+    rules = plugin_load(csv.read_text())
+    nodes = {8: 1, 4: 4}
+    for e in load_plan(plan_path).entries:
+        c = e.best.config
+        assert plugin_choose(rules, e.task.op.value, e.task.nbytes, nodes[e.task.nranks], e.task.nranks) == (
+            c.algo.value, c.proto.value, c.nchannels)
+    assert plugin_choose(rules, "allreduce", 1 << 20, 2, 8) == (None, None, 1)  # no rule for another shape

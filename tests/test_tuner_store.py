@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from example_plugin import plugin_choose, plugin_load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -212,40 +213,7 @@ def test_nccl_tests_logs_load_as_measurements_of_nccls_default():
     assert azure[-1].hardware.startswith("Azure ND H100 v5")
 
 
-# ---- tuner plugin CSV: read back the way NCCL's example plugin reads it -------------------------
-
-PLUGIN_COLLS = {"broadcast", "reduce", "allgather", "reducescatter", "allreduce"}
-PLUGIN_ALGOS = {"tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"}
-PLUGIN_PROTOS = {"ll", "ll128", "simple"}
-
-
-def plugin_load(text: str) -> list[dict]:
-    """The example plugin's loadConfig: fgets of 256 bytes, '#' or empty lines skipped, strtok on ',',
-    tokens trimmed of spaces/tabs, 8 to 10 fields a rule. Unknown names would silently default, so
-    this reader refuses them instead."""
-    rules = []
-    for raw in text.splitlines(keepends=True):
-        assert len(raw) < 256, "fgets would split this line"
-        if raw[0] in "#\n":
-            continue
-        tokens = [t.strip(" \t") for t in raw.rstrip("\n").split(",") if t != ""]
-        if not 8 <= len(tokens) <= 10:
-            continue
-        assert tokens[0] in PLUGIN_COLLS and tokens[3] in PLUGIN_ALGOS and tokens[4] in PLUGIN_PROTOS, raw
-        tokens += ["-1"] * (10 - len(tokens))
-        rules.append({"coll": tokens[0], "min": int(tokens[1]), "max": int(tokens[2]), "algo": tokens[3],
-                      "proto": tokens[4], "channels": int(tokens[5]), "nodes": int(tokens[6]),
-                      "ranks": int(tokens[7]), "pipe": int(tokens[8]), "reg": int(tokens[9])})
-    return rules
-
-
-def plugin_choose(rules, coll, nbytes, nnodes, nranks):
-    """pluginGetCollInfo: the first matching rule wins; without one the plugin sets 1 channel."""
-    for r in rules:
-        if (r["coll"] == coll and r["min"] <= nbytes <= r["max"] and r["nodes"] in (-1, nnodes)
-                and r["ranks"] in (-1, nranks) and r["pipe"] == -1 and r["reg"] == -1):
-            return r["algo"], r["proto"], r["channels"]
-    return None, None, 1
+# ---- tuner plugin CSV: read back the way NCCL's example plugin reads it (tests/example_plugin.py) -----
 
 
 def test_the_tuner_csv_reads_back_as_the_example_plugin_reads_it(tmp_path):

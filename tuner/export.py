@@ -2,7 +2,9 @@
 
 **Tuner CSV.** NCCL ships a CSV-driven tuner plugin (``plugins/tuner/example`` from 2.29.7,
 ``ext-tuner/example`` in 2.27.5–2.29.3; build it with ``make``, load it with
-``NCCL_TUNER_PLUGIN=<path to libnccl-tuner-example.so>``). It reads ``NCCL_TUNER_CONFIG_FILE``
+``NCCL_TUNER_PLUGIN=<path to libnccl-tuner-example.so>``; build it from 2.30.3 or later: the
+examples of 2.27.5–2.29.7 index NCCL's contiguous cost table as row pointers and crash on the
+first matching rule, see docs/store.md). It reads ``NCCL_TUNER_CONFIG_FILE``
 (default ``nccl_tuner.conf``) once per communicator; each line is one rule::
 
     collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff

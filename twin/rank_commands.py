@@ -1,12 +1,13 @@
 """``ccltwin rank``: the warm-start plan of a trace on a cluster.
 
-    ccltwin rank --trace job.json --topology dgx-h100 --nodes 2 -o plan.json [--env nccl.env]
+    ccltwin rank --trace job.json --topology dgx-h100 --nodes 2 -o plan.json [--env nccl.env] [--csv tuner.csv]
 
 Rank r of the trace runs on GPU r of the cluster (as ``ccltwin whatif`` replays it), sized to
 the trace unless ``--nodes`` is given. Prints one row per distinct task (best subspace and
 resources, predicted best and default times) and the per-process settings; writes the plan
-(docs/plan-format.md) and optionally the settings as an environment file. Errors go to stderr
-with exit code 2.
+(docs/plan-format.md) and optionally the settings as an environment file and the predicted
+winners as the rule file of NCCL's example tuner plugin (``tuner.export``; each rule names the
+node and rank count of its communicator as placed here). Errors go to stderr with exit code 2.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Annotated
 import typer
 
 from traces.errors import TraceError
+from traces.task import Task
 from traces.trace_file import load_trace
-from tuner.export import write_env
-from tuner.plan import PlanEntry, PlanError, save_plan
+from tuner.export import write_env, write_tuner_csv
+from tuner.measurement import Measurement
+from tuner.plan import Plan, PlanEntry, PlanError, save_plan
 from twin.rank import rank_trace
 from twin.replay import ReplayError
-from twin.replay.comms import cluster_for
+from twin.replay.comms import cluster_for, shaped_tasks
 from twin.topology import TopologyError
 
 HEADER = (f"{'op':<13} {'size (B)':>12} {'ranks':>5} {'group':<6} {'calls/it':>8}  {'best subspace':<24} "
@@ -57,6 +60,8 @@ def rank(
     max_channels: Annotated[int | None, typer.Option(
         help="Sweep channels up to N (default: each communicator's own channel count).")] = None,
     env: Annotated[Path | None, typer.Option(help="Also write the per-process NCCL_* settings here.")] = None,
+    csv: Annotated[Path | None, typer.Option(
+        help="Also write the predicted best config per task as NCCL's example tuner plugin rules.")] = None,
 ) -> None:
     """Rank NCCL's subspaces for every task of a trace and write the warm-start plan."""
     try:
@@ -86,3 +91,16 @@ def rank(
     if env is not None:
         write_env(process.settings, env, title=f"ccltwin rank of {trace} on {plan.cluster}")
         typer.echo(f"wrote {env}")
+    if csv is not None:
+        notes = write_tuner_csv(predicted_winners(plan, shaped_tasks(workload, cluster)), csv,
+                                title=f"twin predictions for {trace} on {plan.cluster}")
+        typer.echo(f"wrote {csv} (load it with NCCL_TUNER_CONFIG_FILE={csv.resolve()})")
+        for note in notes:
+            typer.echo(f"  note: {note}")
+
+
+def predicted_winners(plan: Plan, shapes: dict[Task, Task]) -> list[Measurement]:
+    """Each plan entry's best config as a twin measurement of its task with a ``GxN`` group."""
+    return [Measurement(task=shapes.get(e.task, e.task), config=e.best.config, time_us=e.best.time_us,
+                        source="twin", hardware=plan.cluster, nccl_version=plan.nccl_version)
+            for e in plan.entries if e.best.time_us > 0]

@@ -12,7 +12,6 @@ Errors go to stderr with exit code 2.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -32,7 +31,7 @@ from tuner.search.base import fastest_share_mean
 from tuner.space import ConfigError
 from tuner.store import Store, StoreError
 from twin.executor import TwinExecutor
-from twin.replay.comms import Communicators, cluster_for
+from twin.replay.comms import cluster_for, shaped_tasks
 from twin.topology import Cluster, TopologyError, load_cluster
 
 DEFAULT_REPEATS = 3
@@ -48,13 +47,11 @@ def trace_tasks(trace: Trace, cluster: Cluster) -> list[tuple[Task, Task, float]
     """(task as the trace names it, task with a ``GxN`` group shape, calls per iteration).
 
     Groups are placed on ``cluster`` as ``ccltwin whatif`` and ``ccltwin rank`` place them
-    (``Communicators``: rank r on GPU r).  Tasks that end up with the same shape and size are one task.
+    (``shaped_tasks``).  Tasks that end up with the same shape and size are one task.
     """
     calls = trace.tasks()
     merged: dict[Task, tuple[Task, float]] = {}
-    for task, comm in Communicators(trace, cluster).task_comms().items():
-        per_node = Counter(cluster.host_of(gpu) for gpu in comm.comms.member_gpus(comm.members))
-        shaped = Task(task.op, task.nbytes, task.nranks, task.dtype, f"{max(per_node.values())}x{len(per_node)}")
+    for task, shaped in shaped_tasks(trace, cluster).items():
         if shaped not in merged or calls[task] > merged[shaped][1]:  # groups of one shape run side by side
             merged[shaped] = (task, calls[task])
     return [(named, shaped, n) for shaped, (named, n) in merged.items()]

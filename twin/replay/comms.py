@@ -12,6 +12,7 @@ ranking engine (``twin.rank``): ``Communicators.task_comms`` gives each task's c
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Protocol
@@ -232,3 +233,15 @@ class CallComm:
 
     def geometry(self, transport: Transport = Transport.P2P) -> CommGeometry:
         return self.comms.geometry(self.comms.member_gpus(self.members), transport)
+
+
+def shaped_tasks(trace: Trace, cluster: Cluster) -> dict[Task, Task]:
+    """Every sized task of ``trace`` (as ``Trace.tasks`` names it) with its group written as the
+    ``GxN`` shape (G GPUs on each of N nodes, G the most on one node) its communicator takes on
+    ``cluster`` when placed as ``Communicators`` places it."""
+    out = {}
+    for task, comm in Communicators(trace, cluster).task_comms().items():
+        per_node = Counter(cluster.host_of(gpu) for gpu in comm.comms.member_gpus(comm.members))
+        out[task] = Task(task.op, task.nbytes, task.nranks, task.dtype, f"{max(per_node.values())}x{len(per_node)}")
+    return out
+
