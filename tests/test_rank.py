@@ -176,7 +176,7 @@ def test_rank_command_sizes_the_cluster_to_the_trace_or_says_it_is_too_small(phi
     args = ["rank", "--trace", str(trace), "--topology", "dgx-h100", "--gpus-per-node", "2"]
     sized = runner.invoke(app, [*args, "-o", str(tmp_path / "plan.json")])
     assert sized.exit_code == 0, sized.output
-    assert load_plan(tmp_path / "plan.json").cluster.startswith("dgx-h100 2x2")
+    assert load_plan(tmp_path / "plan.json").cluster == "dgx-h100 (2 node(s) x 2 H100-SXM5-80GB)"
     small = runner.invoke(app, [*args, "--nodes", "1", "-o", str(tmp_path / "small.json")])
     assert small.exit_code == 2
     assert "needs 4 GPUs" in small.output and "use at least 2 nodes" in small.output
@@ -199,3 +199,19 @@ def test_rank_command_writes_the_predicted_winners_as_tuner_plugin_rules(tmp_pat
         assert plugin_choose(rules, e.task.op.value, e.task.nbytes, nodes[e.task.nranks], e.task.nranks) == (
             c.algo.value, c.proto.value, c.nchannels)
     assert plugin_choose(rules, "allreduce", 1 << 20, 2, 8) == (None, None, 1)  # no rule for another shape
+
+
+def test_rank_command_checks_its_inputs_and_outputs_before_any_work(tmp_path):
+    trace = "traces/examples/vgg19-dp32.json.gz"
+    base = ["rank", "--topology", "dgx-h100"]
+    missing = runner.invoke(app, [*base, "--trace", str(tmp_path / "nope.json"), "-o", str(tmp_path / "p.json")])
+    assert missing.exit_code == 2 and "nope.json: cannot read the trace (No such file or directory)" in missing.output
+    into_dir = runner.invoke(app, [*base, "--trace", trace, "-o", str(tmp_path / "p.json"), "--csv", str(tmp_path)])
+    assert into_dir.exit_code == 2 and "is a directory; give a file name for the tuner rules" in into_dir.output
+    assert not (tmp_path / "p.json").exists()  # nothing half-written
+    channels = runner.invoke(app, [*base, "--trace", trace, "-o", str(tmp_path / "p.json"), "--max-channels", "-3"])
+    assert channels.exit_code == 2 and "--max-channels" in channels.output and "Traceback" not in channels.output
+    both = runner.invoke(app, [*base, "--trace", trace, "-o", str(tmp_path / "p.json"), "--csv",
+                               str(tmp_path / "t.csv"), "--env", str(tmp_path / "n.env")])
+    assert both.exit_code == 0, both.output
+    assert f"NCCL_TUNER_CONFIG_FILE={(tmp_path / 't.csv').resolve()}" in (tmp_path / "n.env").read_text()

@@ -103,3 +103,34 @@ def test_trace_tasks_take_their_shapes_from_the_placement_whatif_and_rank_use():
     placed = Communicators(trace, cluster).task_comms()
     named = {named for named, _, _ in trace_tasks(trace, cluster)}
     assert named <= set(placed)
+
+
+def test_tune_says_when_a_plan_is_from_another_cluster_or_lacks_the_task(tmp_path):
+    h100 = tmp_path / "h100.json"
+    assert invoke("rank", "--trace", "traces/examples/vgg19-dp32.json.gz", "--topology", "dgx-h100",
+                  "-o", str(h100)).exit_code == 0
+    other = invoke(*ONE_TASK, "--search", "ours", "--max-trials", "5", "--warm-start", str(h100))
+    assert other.exit_code == 0, other.output
+    assert "was ranked on dgx-h100 (4 node(s) x 8 H100-SXM5-80GB), not on a40-pcie (1 node(s) x 4" in other.output
+    assert "cold start (the plan has no entry for it)" in other.output
+    assert "(stopped by --max-trials)" in other.output
+
+
+def test_a_plan_names_groups_as_its_trace_does_and_a_one_task_tune_still_finds_its_entry(tmp_path):
+    """The plan calls the data-parallel group "dp:0"; ``tune --op`` knows it as the shape "1x4"."""
+    plan = tmp_path / "plan.json"
+    assert invoke("rank", "--trace", "traces/examples/phi2-tp8dp4.json.gz", "--topology", "a40-pcie",
+                  "-o", str(plan)).exit_code == 0
+    result = invoke("tune", "--topology", "a40-pcie", "--nodes", "4", "--op", "allreduce", "--nbytes", "663050240",
+                    "--nranks", "4", "--gpus-per-node", "1", "--search", "ours", "--max-trials", "3",
+                    "--warm-start", str(plan))
+    assert result.exit_code == 0, result.output
+    assert "warm start from the plan" in result.output and "was ranked on" in result.output
+
+
+def test_impossible_numbers_are_refused_up_front():
+    for args, message in [((*ONE_TASK[:-4], "--nbytes", "0", "--nranks", "4"), "at least 1 byte"),
+                          ((*ONE_TASK, "--max-trials", "0"), "--max-trials"),
+                          ((*ONE_TASK, "--seed", "-1"), "--seed")]:
+        result = invoke(*args)
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output

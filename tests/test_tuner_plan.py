@@ -2,6 +2,7 @@
 
 import copy
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -59,6 +60,10 @@ def test_entries_are_found_by_task():
     assert plan.find(Task(Op.ALLGATHER, 8 << 20, 8)) is plan.entries[1]  # dtype and group not known live
     assert plan.find(Task(Op.ALLGATHER, 8 << 20, 8, group="1x8")) is None
     assert plan.find(Task(Op.ALLGATHER, 4 << 20, 8)) is None
+    # a plan written from a trace names its groups ("tp:0"); a tuner knows the shape ("8x1")
+    named = Plan(cluster=plan.cluster, nccl_version=plan.nccl_version, created_by="test", process=plan.process,
+                 entries=(replace(plan.entries[1], task=replace(plan.entries[1].task, group="tp:0")),))
+    assert named.find(Task(Op.ALLGATHER, 8 << 20, 8, group="8x1")) is named.entries[0]
 
 
 def test_an_entry_refuses_an_unordered_or_repeated_ranking():

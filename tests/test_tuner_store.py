@@ -305,9 +305,14 @@ def test_store_commands_import_show_and_export(tmp_path):
         store.add(live(nbytes=1 << 20, nranks=2, group="2x1", hardware="l40s", time_us=200.0))
     result = runner.invoke(app, ["store", "show", str(db)])
     assert result.exit_code == 0, result.output
-    assert "26 measurements; 1 winners" in result.output and "ring/simple/p2p nc=8" in result.output
+    assert "26 measurements in all; 1 winners" in result.output and "ring/simple/p2p nc=8" in result.output
     result = runner.invoke(app, ["store", "show", str(db), "--history", "--json"])
     assert len(json.loads(result.output)) == 26
+    again = runner.invoke(app, ["store", "import", str(db), str(log), "--hardware", "l40s"])
+    assert "added 0 measurements" in again.output and "skipped 25 already in the store" in again.output
+    result = runner.invoke(app, ["store", "show", str(db), "--history"])
+    assert "26 measurements in all; 26 measurements" in result.output
+    assert "nccl-tests nccl default (NCCL_PROTO=simple)" in result.output  # the log's forced protocol
     csv, env = tmp_path / "nccl_tuner.conf", tmp_path / "nccl.env"
     result = runner.invoke(app, ["store", "export", str(db), "--csv", str(csv), "--env", str(env)])
     assert result.exit_code == 0, result.output
@@ -318,6 +323,17 @@ def test_store_commands_import_show_and_export(tmp_path):
 def test_store_commands_fail_with_one_line_naming_the_file(tmp_path):
     result = runner.invoke(app, ["store", "show", str(tmp_path / "nope.db")])
     assert result.exit_code == 2 and "nope.db: no such store" in result.output
+    result = runner.invoke(app, ["store", "show", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory, not a store file" in result.output
+    result = runner.invoke(app, ["store", "import", str(tmp_path / "n.db"), str(tmp_path / "missing.log")])
+    assert result.exit_code == 2 and "missing.log: cannot read the log (No such file or directory)" in result.output
+    nccl_only = tmp_path / "n.db"
+    assert runner.invoke(app, ["store", "import", str(nccl_only), str(DATA / "echo-azure-ndA100v4-allreduce-8gpu.txt"),
+                               str(DATA / "echo-azure-ndA100v4-allreduce-16gpu.txt")]).exit_code == 0
+    with Store(nccl_only) as store:
+        assert store.hardware_ids() == ["Azure ND A100 v4 (ND96asr_v4)"]  # one id for the machine's logs
+    result = runner.invoke(app, ["store", "export", str(nccl_only), "--csv", str(tmp_path / "n.conf")])
+    assert result.exit_code == 2 and "no winners to export" in result.output and "ccltwin rank --csv" in result.output
     db = tmp_path / "t.db"
     with Store(db) as store:
         store.add(live(hardware="a"))
@@ -325,6 +341,10 @@ def test_store_commands_fail_with_one_line_naming_the_file(tmp_path):
     result = runner.invoke(app, ["store", "export", str(db), "--csv", str(tmp_path / "x.conf")])
     assert result.exit_code == 2 and "give --hardware" in result.output and "'a', 'b'" in result.output
     assert not (tmp_path / "x.conf").exists()
+    result = runner.invoke(app, ["store", "export", str(db), "--hardware", "a",
+                                 "--csv", str(tmp_path / "no" / "x.conf"), "--env", str(tmp_path / "x.env")])
+    assert result.exit_code == 2 and "folder" in result.output and "does not exist" in result.output
+    assert not (tmp_path / "x.env").exists()  # nothing half-written
     synthetic = ROOT / "tests" / "data" / "traces" / "nccl-tests-all_gather-2x4-synthetic.json"
     result = runner.invoke(app, ["store", "import", str(db), str(synthetic)])
     assert result.exit_code == 2 and f"{synthetic}: the log has no '# HARDWARE:' line" in result.output

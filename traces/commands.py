@@ -25,7 +25,6 @@ import typer
 import yaml
 
 from traces.capture.launch import torchrun_command
-from traces.capture.session import check_writable
 from traces.chakra import read_chakra
 from traces.errors import TraceError
 from traces.flight_recorder import read_flight_recorder
@@ -34,7 +33,7 @@ from traces.generate import list_models, list_presets, workload
 from traces.kineto import read_kineto
 from traces.nccl_tests import read_nccl_tests
 from traces.summary import format_summary, summarize
-from traces.trace_file import load_trace, save_trace, write_atomic
+from traces.trace_file import check_writable, load_trace, save_trace, write_atomic
 
 __all__ = ["app", "detect_format"]
 
@@ -117,6 +116,7 @@ def import_(
     """Import Kineto, execution-trace, flight-recorder or nccl-tests files; write nothing on error."""
     paths = [str(f) for f in files]
     with errors_exit():
+        check_writable(output, "trace")
         formats = {detect_format(p) if fmt is Format.AUTO else fmt for p in paths}
         if len(formats) > 1:
             raise TraceError(f"the files are of different formats ({', '.join(sorted(formats))})")
@@ -169,7 +169,7 @@ def capture(
     `torchrun ... -m traces.capture -o job.json train.py` yourself.
     """
     with errors_exit():
-        check_writable(output)
+        check_writable(output, "trace")
         if not script.is_file():
             raise TraceError("no such script", script)
     command = torchrun_command(
@@ -209,6 +209,7 @@ def generate(
 ) -> None:
     """Generate a training trace from a model and a parallelism plan; write nothing on error."""
     with errors_exit():
+        check_writable(output, "trace")
         work = workload(
             preset, model=model, plan=None if plan is None else str(plan), overrides=_plan_overrides(settings or [])
         )

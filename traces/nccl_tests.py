@@ -132,7 +132,10 @@ _DTYPE_ALIASES = {"f8e4m3": "fp8_e4m3", "f8e5m2": "fp8_e5m2", "bf16": "bfloat16"
 
 
 def _read_text(path: str) -> str:
-    data = Path(path).read_bytes()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise TraceError(f"cannot read the log ({err.strerror or err})", path) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

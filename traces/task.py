@@ -9,6 +9,7 @@ compared with link speeds.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -42,6 +43,9 @@ _OP_ALIASES = {
     "send": Op.SENDRECV,
     "recv": Op.SENDRECV,
 }
+
+GROUP_SHAPE = re.compile(r"^(\d+)x(\d+)$|^(\d+(?:\+\d+)+)$")
+"""A group written as its shape: ``GxN`` (G GPUs on each of N nodes) or ``a+b+…`` (GPUs per node)."""
 
 DTYPE_BYTES = {
     "int8": 1, "uint8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,

@@ -45,6 +45,8 @@ def load_trace(path: str | PathLike[str]) -> Trace:
             doc = json.load(file)
     except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, RecursionError) as err:
         raise TraceError(f"not a readable trace JSON file ({err})", path) from None
+    except OSError as err:
+        raise TraceError(f"cannot read the trace ({err.strerror or err})", path) from None
     trace = trace_from_dict(doc, path)
     trace.validate(path)
     return trace
@@ -54,6 +56,20 @@ def save_trace(trace: Trace, path: str | PathLike[str]) -> None:
     """Validate ``trace`` and write it to ``path`` atomically (gzip if it ends in ``.gz``)."""
     trace.validate(str(path))
     write_atomic(path, _encode(trace_to_dict(trace)))
+
+
+def check_writable(path: str | PathLike[str], what: str = "file") -> None:
+    """Raise ``TraceError`` naming ``path`` unless a ``what`` can be written there (not a directory,
+    its folder exists and is writable): commands call it before any work, so that nothing is
+    half-written."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise TraceError(f"is a directory; give a file name for the {what}", path)
+    if not folder.is_dir():
+        raise TraceError(f"cannot write the {what}: folder {str(folder)!r} does not exist", path)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TraceError(f"cannot write the {what}: folder {str(folder)!r} is not writable", path)
 
 
 def write_atomic(path: str | PathLike[str], chunks: Iterable[str]) -> None:

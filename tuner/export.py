@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from os import PathLike
 
-from traces.task import Op, Task
+from traces.task import GROUP_SHAPE, Op, Task
 from traces.trace_file import write_atomic
 from tuner.config import Algo, Proto, Transport
 from tuner.measurement import Measurement
@@ -50,7 +50,6 @@ PLUGIN_OPS = (Op.BROADCAST, Op.REDUCE, Op.ALLGATHER, Op.REDUCESCATTER, Op.ALLRED
 """The collectives the example plugin can name (NCCL consults no tuner for point-to-point)."""
 MAX_BYTES = 2**64 - 1
 MAX_LINE = 255
-_SHAPE = re.compile(r"^(\d+)x(\d+)$|^(\d+(?:\+\d+)+)$")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,7 +76,7 @@ def nodes_of(task: Task) -> int:
     >>> nodes_of(Task(Op.ALLREDUCE, 1024, 16, group="8x2")), nodes_of(Task(Op.ALLREDUCE, 1024, 2, group="tp"))
     (2, -1)
     """
-    match = _SHAPE.match(task.group)
+    match = GROUP_SHAPE.match(task.group)
     if not match:
         return -1
     return int(match[2]) if match[2] else len(match[3].split("+"))
@@ -100,10 +99,14 @@ def tuner_rules(winners: Iterable[Measurement], *, cover_all_sizes: bool = True)
             continue
         key = (m.task.op, nodes_of(m.task), m.task.nranks, m.task.nbytes)
         if key in chosen:
-            slower = max(chosen[key], m, key=lambda x: x.time_us)
-            notes.append(f"{slower.task} on comm {slower.comm!r}: the plugin cannot tell it from a faster winner "
-                         "of the same size and shape; dropped")
-            m = min(chosen[key], m, key=lambda x: x.time_us)
+            faster, slower = sorted((chosen[key], m), key=lambda x: x.time_us)
+            if _rule_fields(faster) != _rule_fields(slower):
+                t = slower.task
+                comm = f" on communicator {slower.comm}" if slower.comm else ""
+                notes.append(f"{t.op} of {t.nbytes} B on {t.nranks} ranks ({t.group or 'group unknown'}, {t.dtype})"
+                             f"{comm}: its winner {_rule_fields(slower)} loses to {_rule_fields(faster)}, a faster "
+                             "winner of the same size and shape that the plugin cannot tell apart")
+            m = faster
         chosen[key] = m
     groups: dict[tuple[Op, int, int], list[Measurement]] = defaultdict(list)
     for (op, nnodes, nranks, _), m in sorted(chosen.items(), key=_rule_order):
@@ -121,6 +124,11 @@ def tuner_rules(winners: Iterable[Measurement], *, cover_all_sizes: bool = True)
             rules.append(TunerRule(op=op, min_bytes=low, max_bytes=high, algo=c.algo, proto=c.proto,
                                    nchannels=c.nchannels, nnodes=nnodes, nranks=nranks))
     return rules, notes
+
+
+def _rule_fields(m: Measurement) -> str:
+    """What a rule sets: algorithm, protocol, channels."""
+    return f"{m.config.algo}/{m.config.proto}/{m.config.nchannels}"
 
 
 def _rule_order(item: tuple[tuple[Op, int, int, int], Measurement]) -> tuple:

@@ -111,6 +111,24 @@ class Measurement:
             raise FieldError(f"{where}: {err}") from None
 
 
+def hardware_id(description: str) -> str:
+    """A log's ``# HARDWARE:`` description cut to its first clause (outside parentheses, before a
+    colon, semicolon, full stop or " - "), so that logs of one machine share an id a user can type.
+
+    >>> hardware_id("Azure ND A100 v4 (ND96asr_v4): 8x NVIDIA A100-SXM4-40GB per node; 8 HDR NICs")
+    'Azure ND A100 v4 (ND96asr_v4)'
+    >>> hardware_id("single server with 8x A100 (SXM4, NVLink3: NVSwitch) - exact SKU not stated")
+    'single server with 8x A100 (SXM4, NVLink3: NVSwitch)'
+    """
+    text = description.strip()
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and (char in ":;" or text.startswith(". ", i) or text.startswith(" - ", i)):
+            return text[:i].strip()
+    return text
+
+
 def read_nccl_tests_measurements(path: str | PathLike[str], *, hardware: str | None = None) -> list[Measurement]:
     """One measurement per row of an nccl-tests log that has a time (or a busbw to derive it from).
 
@@ -120,7 +138,7 @@ def read_nccl_tests_measurements(path: str | PathLike[str], *, hardware: str | N
     the rank count, or when no hardware is known.
     """
     log = read_nccl_tests(path)
-    hardware = hardware or log.header.get("HARDWARE", "").strip()
+    hardware = hardware or hardware_id(log.header.get("HARDWARE", ""))
     if not hardware:
         raise TraceError("the log has no '# HARDWARE:' line; say which cluster it is from (hardware=...)", log.path)
     out = []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
-from traces.task import Task
+from traces.task import GROUP_SHAPE, Task
 from traces.trace_file import write_atomic
 from tuner.codec import FieldError, config_from_dict, config_to_dict, get_field, task_from_dict, task_to_dict
 from tuner.config import Config, Subspace
@@ -147,17 +147,22 @@ class Plan:
         raise KeyError(task)
 
     def find(self, task: Task) -> PlanEntry | None:
-        """The entry of ``task``, or else the only entry of the same op, size and rank count whose
-        group is ``task.group`` or unspecified on either side; ``None`` when there is none or
-        several."""
+        """The entry of ``task``; else the only entry of the same op, size and rank count whose
+        group is ``task.group`` or unspecified on either side; else the only one whose group is
+        named where the other is a shape (a plan names groups as its trace does, ``tp:0``, a
+        tuner by their shape, ``8x1``); ``None`` when there is none or several."""
         try:
             return self.entry(task)
         except KeyError:
             pass
-        close = [e for e in self.entries
-                 if (e.task.op, e.task.nbytes, e.task.nranks) == (task.op, task.nbytes, task.nranks)
-                 and (not e.task.group or not task.group or e.task.group == task.group)]
-        return close[0] if len(close) == 1 else None
+        same = [e for e in self.entries
+                if (e.task.op, e.task.nbytes, e.task.nranks) == (task.op, task.nbytes, task.nranks)]
+        close = [e for e in same if not e.task.group or not task.group or e.task.group == task.group]
+        named = [e for e in same if not (GROUP_SHAPE.match(e.task.group) and GROUP_SHAPE.match(task.group))]
+        for found in (close, named):
+            if len(found) == 1:
+                return found[0]
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "cluster": self.cluster,

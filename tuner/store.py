@@ -107,6 +107,8 @@ class Store:
 
     def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
         self.path = str(path)
+        if Path(self.path).is_dir():
+            raise StoreError(f"{self.path}: is a directory, not a store file")
         if not create and not Path(self.path).is_file():
             raise StoreError(f"{self.path}: no such store")
         try:
@@ -179,6 +181,10 @@ class Store:
     def count(self) -> int:
         """Rows in history."""
         return self._db.execute("SELECT count(*) FROM history").fetchone()[0]
+
+    def hardware_ids(self) -> list[str]:
+        """Every hardware id in history, sorted."""
+        return [row[0] for row in self._db.execute("SELECT DISTINCT hardware FROM history ORDER BY hardware")]
 
     def history(self, task: Task | None = None, *, hardware: str | None = None) -> list[Measurement]:
         """Measurements in the order they were recorded, of one task and/or one hardware id."""

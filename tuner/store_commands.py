@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from traces.errors import TraceError
+from traces.trace_file import check_writable
 from tuner.export import settings_from_winners, write_env, write_tuner_csv
 from tuner.measurement import Measurement, read_nccl_tests_measurements
 from tuner.store import Store, StoreError
@@ -31,10 +32,19 @@ def _fail(err: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _row(m: Measurement) -> str:
+NO_WINNERS = ("winners are measured times with a known config (live tuning): nccl-tests rows record NCCL's "
+              "default and twin trials are predictions, both kept as history; for the twin's picks use "
+              "'ccltwin rank --csv'")
+
+
+def _row(m: Measurement, width: int) -> str:
     t, c = m.task, m.config
-    config = "nccl default" if c is None else f"{c.subspace} nc={c.nchannels} nt={c.nthreads} chunk={c.chunk_bytes}"
-    return (f"{m.hardware:<16.16} {t.op:<13} {t.nbytes:>12} {t.nranks:>5} {t.dtype:<8} {t.group or '-':<6} "
+    if c is None:
+        forced = " ".join(f"{k}={v}" for k, v in m.env.items() if k in ("NCCL_ALGO", "NCCL_PROTO"))
+        config = f"nccl default ({forced})" if forced else "nccl default"
+    else:
+        config = f"{c.subspace} nc={c.nchannels} nt={c.nthreads} chunk={c.chunk_bytes}"
+    return (f"{m.hardware:<{width}} {t.op:<13} {t.nbytes:>12} {t.nranks:>5} {t.dtype:<8} {t.group or '-':<6} "
             f"{m.comm or '-':<8} {m.time_us:>10.2f}  {m.source:<10} {config}")
 
 
@@ -49,18 +59,25 @@ def show(
     try:
         with Store(store, create=False) as db:
             rows = db.history(hardware=hardware) if history else db.bests(hardware=hardware)
-            total = db.count()
+            total, known = db.count(), db.hardware_ids()
     except StoreError as err:
         raise _fail(err) from None
+    if hardware is not None and hardware not in known:
+        typer.echo(f"note: no measurement of hardware {hardware!r}; the store has {', '.join(map(repr, known))}",
+                   err=True)
     if as_json:
         typer.echo(json.dumps([m.to_dict() for m in rows], indent=1))
         return
-    what = "measurements" if history else "winners (measured times only)"
-    typer.echo(f"# {store}: {total} measurements; {len(rows)} {what}")
-    typer.echo(f"# {'hardware':<16} {'op':<13} {'size (B)':>12} {'ranks':>5} {'dtype':<8} {'group':<6} {'comm':<8} "
-               f"{'time (us)':>10}  {'source':<10} config")
+    of = f" of {hardware!r}" if hardware is not None else ""
+    what = f"{len(rows)} measurements{of}" if history else f"{len(rows)} winners{of} (measured, with a config)"
+    typer.echo(f"# {store}: {total} measurements in all; {what}")
+    width = max([len("hardware"), *(len(m.hardware) for m in rows)])
+    typer.echo(f"# {'hardware':<{width - 2}} {'op':<13} {'size (B)':>12} {'ranks':>5} {'dtype':<8} {'group':<6} "
+               f"{'comm':<8} {'time (us)':>10}  {'source':<10} config")
     for m in rows:
-        typer.echo(_row(m))
+        typer.echo(_row(m, width))
+    if not history and not rows and total:
+        typer.echo(f"# no winners: {NO_WINNERS}")
 
 
 @app.command("import")
@@ -69,14 +86,24 @@ def import_(
     logs: Annotated[list[Path], typer.Argument(help="nccl-tests result files (text, JSON, CSV, markdown).")],
     hardware: Annotated[str | None, typer.Option(help="Hardware id (default: each log's '# HARDWARE:' line).")] = None,
 ) -> None:
-    """Add every row of nccl-tests logs to the store's history (NCCL's default config)."""
+    """Add every row of nccl-tests logs to the store's history (NCCL's default config); rows already
+    there (the same log imported again) are skipped."""
     try:
         measurements = [m for log in logs for m in read_nccl_tests_measurements(log, hardware=hardware)]
         with Store(store) as db:
-            db.add_many(measurements)
+            seen = {_identity(m) for h in {m.hardware for m in measurements} for m in db.history(hardware=h)}
+            new = [m for m in measurements if _identity(m) not in seen]
+            db.add_many(new)
     except (TraceError, StoreError) as err:
         raise _fail(err) from None
-    typer.echo(f"{store}: added {len(measurements)} measurements from {len(logs)} log(s)")
+    skipped = len(measurements) - len(new)
+    typer.echo(f"{store}: added {len(new)} measurements from {len(logs)} log(s)"
+               + (f"; skipped {skipped} already in the store" if skipped else ""))
+
+
+def _identity(m: Measurement) -> str:
+    """What makes two imported rows the same measurement (everything but when it was stored)."""
+    return json.dumps({k: v for k, v in m.to_dict().items() if k != "timestamp"}, sort_keys=True)
 
 
 @app.command()
@@ -92,13 +119,18 @@ def export(
     if csv is None and env is None:
         raise _fail(ValueError("nothing to do: give --csv and/or --env"))
     try:
+        for path, what in ((csv, "tuner rules"), (env, "environment file")):
+            if path is not None:
+                check_writable(path, what)
         with Store(store, create=False) as db:
+            if not db.bests():
+                raise StoreError(f"{store}: no winners to export ({NO_WINNERS})")
             hardware = hardware or _only_hardware(db)
             winners = db.bests(hardware=hardware)
-    except StoreError as err:
+    except (StoreError, TraceError) as err:
         raise _fail(err) from None
     if not winners:
-        raise _fail(StoreError(f"{store}: no measured winners for hardware {hardware!r}"))
+        raise _fail(StoreError(f"{store}: no winners for hardware {hardware!r}"))
     title = f"{len(winners)} winners of {store} on {hardware}"
     if csv is not None:
         notes = write_tuner_csv(winners, csv, cover_all_sizes=not exact_sizes, title=title)

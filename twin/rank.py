@@ -211,7 +211,7 @@ def _rank(placed: list[tuple[Task, float, Communicator]], cluster, nccl_version:
         entries.append(entry)
         pairs.append((comm, entry))
     process = tune_process_settings(pairs)
-    plan = Plan(cluster=f"{cluster.name} {cluster.nodes}x{cluster.gpus_per_node} {cluster.gpu.model}",
+    plan = Plan(cluster=cluster.label,
                 nccl_version=".".join(map(str, nccl_version)), created_by="ccltwin rank (twin fast path)",
                 process=process.settings, entries=tuple(entries))
     return Ranking(plan=plan, process=process, notes=notes)

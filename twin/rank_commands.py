@@ -19,7 +19,7 @@ import typer
 
 from traces.errors import TraceError
 from traces.task import Task
-from traces.trace_file import load_trace
+from traces.trace_file import check_writable, load_trace
 from tuner.export import write_env, write_tuner_csv
 from tuner.measurement import Measurement
 from tuner.plan import Plan, PlanEntry, PlanError, save_plan
@@ -64,7 +64,12 @@ def rank(
         help="Also write the predicted best config per task as NCCL's example tuner plugin rules.")] = None,
 ) -> None:
     """Rank NCCL's subspaces for every task of a trace and write the warm-start plan."""
+    if max_channels is not None and max_channels < 1:
+        raise typer.BadParameter("must be at least 1", param_hint="--max-channels")
     try:
+        for path, what in ((output, "plan"), (env, "environment file"), (csv, "tuner rules")):
+            if path is not None:
+                check_writable(path, what)
         version = _version(nccl_version)
         workload = load_trace(trace)
         cluster = cluster_for(workload, topology, nodes=nodes, gpus_per_node=gpus_per_node,
@@ -88,15 +93,16 @@ def rank(
                f"tuned per call {process.per_call_us:.1f} us, with the per-process settings "
                f"{process.tuned_us:.1f} us")
     typer.echo(f"wrote {output}")
-    if env is not None:
-        write_env(process.settings, env, title=f"ccltwin rank of {trace} on {plan.cluster}")
-        typer.echo(f"wrote {env}")
     if csv is not None:
         notes = write_tuner_csv(predicted_winners(plan, shaped_tasks(workload, cluster)), csv,
                                 title=f"twin predictions for {trace} on {plan.cluster}")
         typer.echo(f"wrote {csv} (load it with NCCL_TUNER_CONFIG_FILE={csv.resolve()})")
         for note in notes:
             typer.echo(f"  note: {note}")
+    if env is not None:
+        extra = {"NCCL_TUNER_CONFIG_FILE": str(csv.resolve())} if csv is not None else None
+        write_env(process.settings, env, extra=extra, title=f"ccltwin rank of {trace} on {plan.cluster}")
+        typer.echo(f"wrote {env}")
 
 
 def predicted_winners(plan: Plan, shapes: dict[Task, Task]) -> list[Measurement]:

@@ -85,8 +85,9 @@ def tune_task(executor: TwinExecutor, named: Task, task: Task, *, search_name: s
     if store is not None:
         replayed = replay(search, [m for m in store.history(task, hardware=executor.hardware)
                                    if m.source == "twin" and m.config is not None], executor)
+    start = "warm start from the plan" if warm else "cold start" + (" (the plan has no entry for it)" if plan else "")
     echo(f"## {task.op} {task.nbytes} B {task.dtype} on {task.nranks} ranks ({task.group}): {space.size} configs in "
-         f"{len(space.subspaces)} subspaces; {'warm start from the plan' if warm else 'cold start'}"
+         f"{len(space.subspaces)} subspaces; {start}"
          f"{f'; {replayed} trials replayed from the store' if replayed else ''}")
     echo(f"{'trial':>6}  {'config':<48} {'time (us)':>11} {'best (us)':>11}")
     for n, (config, t) in enumerate(search.history, 1):
@@ -105,7 +106,8 @@ def tune_task(executor: TwinExecutor, named: Task, task: Task, *, search_name: s
     default_samples = search.samples.get(default) or [executor.measure(task, default) for _ in range(DEFAULT_REPEATS)]
     default_us = fastest_share_mean(default_samples)
     found = next(i for i, (c, _) in enumerate(search.history, 1) if c == winner)
-    echo(f"winner: {winner}  {time_us:.2f} us after {search.trials} trials (found at trial {found}); "
+    cut = " (stopped by --max-trials)" if max_trials is not None and search.trials >= max_trials else ""
+    echo(f"winner: {winner}  {time_us:.2f} us after {search.trials} trials{cut} (found at trial {found}); "
          f"NCCL default {default}  {default_us:.2f} us: {default_us / time_us:.3f}x")
     return {**task_to_dict(task), "search": search_name, **config_to_dict(winner), "time_us": round(time_us, 3),
             "trials": search.trials, "found_at": found, "default": config_to_dict(default),
@@ -119,7 +121,7 @@ def tune(
     trace: Annotated[Path | None, typer.Option(help="Tune every task of this trace (≥ --min-size).")] = None,
     op: Annotated[str | None, typer.Option(help="One task: the collective.")] = None,
     nbytes: Annotated[str | None, typer.Option(help="One task: nccl-tests' size, e.g. 64MiB.")] = None,
-    nranks: Annotated[int | None, typer.Option(help="One task: ranks of the communicator.")] = None,
+    nranks: Annotated[int | None, typer.Option(min=2, help="One task: ranks of the communicator.")] = None,
     dtype: Annotated[str, typer.Option(help="One task: element type.")] = "float32",
     search: Annotated[str, typer.Option(help=", ".join(SEARCHES))] = "autoccl",
     warm_start: Annotated[Path | None, typer.Option(help="Warm-start plan (ccltwin rank -o).")] = None,
@@ -127,9 +129,10 @@ def tune(
     nodes: Annotated[int | None, typer.Option(help="Override the preset's node count.")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="Use the first G GPUs of each node.")] = None,
     min_size: Annotated[str, typer.Option(help="With --trace: skip tasks smaller than this.")] = "1MiB",
-    noise: Annotated[float, typer.Option(help="Twin executor: relative measurement noise (sigma).")] = 0.02,
-    seed: Annotated[int, typer.Option(help="Seed of the search and of the twin's noise.")] = 0,
-    max_trials: Annotated[int | None, typer.Option(help="Stop each task's search after this many trials.")] = None,
+    noise: Annotated[float, typer.Option(min=0.0, help="Twin executor: relative measurement noise (sigma).")] = 0.02,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the search and of the twin's noise.")] = 0,
+    max_trials: Annotated[int | None, typer.Option(min=1, help="Stop each task's search after this many trials.")
+                          ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per task.")] = False,
 ) -> None:
     """Tune NCCL configs per task with a search algorithm; print each trajectory and winner."""
@@ -152,12 +155,18 @@ def tune(
             runner = TwinExecutor(cluster, noise=noise, seed=seed)
             if nbytes is None or nranks is None:
                 fail("--op needs --nbytes and --nranks")
-            placed = runner.twin(Task(parse_op(op), 0, nranks)).task(parse_op(op), parse_size(nbytes), dtype)
+            size = parse_size(nbytes)
+            if size < 1:
+                fail(f"--nbytes {nbytes}: a task moves at least 1 byte")
+            placed = runner.twin(Task(parse_op(op), 0, nranks)).task(parse_op(op), size, dtype)
             tasks = [(placed, placed)]
         plan = load_plan(warm_start) if warm_start is not None else None
         db = Store(store) if store is not None else None
-        echo(f"# ccltwin tune: {search} on {cluster.name} ({cluster.nodes} node(s) x {cluster.gpus_per_node} "
-             f"{cluster.gpu.model}), twin executor with {noise:.0%} noise, seed {seed}; predicted, not measured")
+        echo(f"# ccltwin tune: {search} on {cluster.label}, twin executor with {noise:.0%} noise, seed {seed}; "
+             "predicted, not measured")
+        if plan is not None and plan.cluster != cluster.label:
+            typer.echo(f"note: {warm_start} was ranked on {plan.cluster}, not on {cluster.label}: its order and "
+                       "starting points may not fit", err=True)
         try:
             results = [tune_task(runner, named, task, search_name=search, seed=seed, plan=plan, store=db,
                                  max_trials=max_trials, echo=echo) for named, task in tasks]

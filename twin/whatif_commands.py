@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from traces.errors import TraceError
-from traces.trace_file import load_trace, write_atomic
+from traces.trace_file import check_writable, load_trace, write_atomic
 from twin.replay import ReplayError
 from twin.topology import TopologyError
 from twin.whatif import Candidate, what_if
@@ -73,6 +73,8 @@ def whatif(
         _fail("--price-per-gpu-hour must be at least 0")
     path, name = (trace, trace.name.removesuffix(".gz").removesuffix(".json")) if trace else _default_trace()
     try:
+        if output is not None:
+            check_writable(output, "report")
         workload = load_trace(path)
         candidates = [Candidate(t, n, p) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
         report = what_if(workload, candidates, tuned=tuned, name=name)

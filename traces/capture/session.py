@@ -32,7 +32,6 @@ import time
 from collections import Counter
 from dataclasses import replace
 from os import PathLike
-from pathlib import Path
 from typing import Any
 
 from traces.capture.issued import PROFILED_BACKENDS, issued_from_comms, issued_from_entries
@@ -41,23 +40,11 @@ from traces.capture.timeline import Window, assemble
 from traces.errors import TraceError
 from traces.merge import RankPart, merge_ranks
 from traces.schema import CollectiveEvent, Event, ProcessGroup, RankTrace, Trace
-from traces.trace_file import save_trace
+from traces.trace_file import check_writable, save_trace
 
-__all__ = ["Capture", "capture", "check_writable"]
+__all__ = ["Capture", "capture"]
 
 SOURCE = "ccltwin capture"
-
-
-def check_writable(path: str | PathLike[str]) -> None:
-    """Raise ``TraceError`` unless a trace can be written at ``path`` (its folder exists and is writable)."""
-    target = Path(path)
-    folder = target.parent
-    if target.is_dir():
-        raise TraceError("is a directory; give a file name for the trace", path)
-    if not folder.is_dir():
-        raise TraceError(f"cannot write the trace: folder {str(folder)!r} does not exist", path)
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise TraceError(f"cannot write the trace: folder {str(folder)!r} is not writable", path)
 
 
 def capture(path: str | PathLike[str], *, iterations: int | None = None, warmup: int = 0) -> Capture:
@@ -116,7 +103,7 @@ class Capture:
 
         rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
         if rank == 0:
-            check_writable(self.path)
+            check_writable(self.path, "trace")
         self._guard_destroy(dist)
         self._state = "waiting"
         if self.warmup == 0:

@@ -106,6 +106,11 @@ class Cluster:
     # -- shape -------------------------------------------------------------------------
 
     @property
+    def label(self) -> str:
+        """What reports and plans call the cluster: ``"dgx-h100 (4 node(s) x 8 H100-SXM5-80GB)"``."""
+        return f"{self.name} ({self.nodes} node(s) x {self.gpus_per_node} {self.gpu.model})"
+
+    @property
     def nodes(self) -> int:
         return len({self.graph.nodes[g]["host"] for g in self._gpus})
 
