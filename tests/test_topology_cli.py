@@ -104,7 +104,7 @@ def test_import_errors_exit_2(tmp_path):
     """Missing files, missing arguments and a forced wrong format: exit 2 with the reason."""
     smi = str(DATA / "nvidia-smi" / "deepep-13-a100.txt")
     for args, message in [(["import", str(tmp_path / "none.txt")], "cannot read the file"),
-                          (["import", smi, "--nic-gbps", "100"], "pass gpu_model"),
+                          (["import", smi, "--nic-gbps", "100"], "give --gpu-model"),
                           (["import", smi, "--format", "nccl-xml"], "not valid XML")]:
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and message in result.stderr, result.stderr

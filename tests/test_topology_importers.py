@@ -75,11 +75,11 @@ class TestNvidiaSmi:
 
     def test_missing_model_and_nic_speed_are_asked_for(self):
         """The matrix has no model or NIC speed: the error says which argument to pass."""
-        with pytest.raises(TopologyError, match=r"a100.txt: .* does not name the GPU model; pass gpu_model"):
+        with pytest.raises(TopologyError, match=r"a100.txt: .* does not name the GPU model; give --gpu-model"):
             import_nvidia_smi_topo(SMI / "deepep-13-a100.txt", nic_gbps=100)
-        with pytest.raises(TopologyError, match=r"does not give NIC speeds; pass nic_gbps .* for its 8 NICs"):
+        with pytest.raises(TopologyError, match=r"does not give NIC speeds; give --nic-gbps .* for its 8 NICs"):
             import_nvidia_smi_topo(SMI / "sglang-30401-h100.txt")
-        with pytest.raises(TopologyError, match=r"unknown GPU model 'Titan' .*; pass gpu_model"):
+        with pytest.raises(TopologyError, match=r"unknown GPU model 'Titan' .*; give --gpu-model"):
             import_nvidia_smi_topo(SMI / "warpem-106-l40s.txt", gpu_model="Titan", nic_gbps=100)
 
     def test_wrong_model_is_caught_by_nvlink_count(self):
@@ -122,9 +122,9 @@ class TestNcclXml:
 
     def test_azure_ndv5_input_file_needs_model_speed_and_nvswitch(self):
         """Azure's ND H100 v5 file has bare <pci> devices: model, NIC speed and NVSwitch are arguments."""
-        with pytest.raises(TopologyError, match=r"cannot tell the model .*; pass gpu_model"):
+        with pytest.raises(TopologyError, match=r"cannot tell the model .*; give --gpu-model"):
             import_nccl_topo_xml(XML / "azure-ndv5-topo.xml")
-        with pytest.raises(TopologyError, match=r"has no speed in the file; pass nic_gbps"):
+        with pytest.raises(TopologyError, match=r"has no speed in the file; give --nic-gbps"):
             import_nccl_topo_xml(XML / "azure-ndv5-topo.xml", gpu_model="H100")
         cluster = import_nccl_topo_xml(XML / "azure-ndv5-topo.xml", gpu_model="H100", nic_gbps=400,
                                        nvswitch=True)

@@ -297,7 +297,7 @@ def test_capture_into_a_missing_folder_is_refused(tmp_path):
     script.write_text("")
     out = tmp_path / "missing" / "job.json"
     result = CliRunner().invoke(app, ["trace", "capture", "-o", str(out), str(script)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "missing" in result.output and "does not exist" in result.output
     assert not out.parent.exists()
 

@@ -360,7 +360,7 @@ def test_cli_generate_reports_a_bad_plan_and_writes_nothing(tmp_path):
     command = ["trace", "generate", "--preset", "autoccl-phi2", "-o", str(out)]
     command += ["--set", "tp=3", "--set", "world_size=12"]
     result = CliRunner().invoke(app, command)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "plan.tp: 3 does not divide model.heads (32)" in result.output
     assert not out.exists()
 

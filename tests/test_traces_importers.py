@@ -262,9 +262,9 @@ def test_failed_import_writes_nothing(tmp_path):
     out = tmp_path / "out.json"
     bad = write(tmp_path, "nccl_trace_rank_1.json", {**fr_dumps()[1], "version": "9.9"})
     result = runner.invoke(app, ["import", str(FR_FILES[0]), str(bad), "-o", str(out)])
-    assert result.exit_code == 1 and "unknown flight-recorder version '9.9'" in result.output
+    assert result.exit_code == 2 and "unknown flight-recorder version '9.9'" in result.output
     assert list(tmp_path.iterdir()) == [bad]
     result = runner.invoke(app, ["import", str(FR_FILES[0]), str(RESNET), "-o", str(out)])
-    assert result.exit_code == 1 and "different formats" in result.output
+    assert result.exit_code == 2 and "different formats" in result.output
     result = runner.invoke(app, ["summary", str(bad)])
-    assert result.exit_code == 1 and "not a ccltwin trace" in result.output
+    assert result.exit_code == 2 and "not a ccltwin trace" in result.output

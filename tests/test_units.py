@@ -26,9 +26,9 @@ def test_ranges_double_like_nccl_tests():
     assert parse_size_range("1K,3K") == [1024, 3072]
 
 
-@pytest.mark.parametrize("bad", ["1M:1K", "1K:1M:1", "1:2:3:4"])
-def test_bad_ranges_are_refused(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad", ["1M:1K", "1K:1M:1", "1:2:3:4", "1MiB:1GiB:1.5"])
+def test_bad_ranges_are_refused_with_the_range_in_the_message(bad):
+    with pytest.raises(ValueError, match=f"{bad}"):
         parse_size_range(bad)
 
 

@@ -60,13 +60,13 @@ _JSON_SIGNS = (
 
 @contextmanager
 def errors_exit(*kinds: type[Exception]) -> Iterator[None]:
-    """Turn the errors a user can cause (``TraceError`` unless told) into ``error: …`` and exit status 1."""
+    """Turn the errors a user can cause (``TraceError`` unless told) into ``error: …`` and exit status 2."""
     caught = kinds or (TraceError,)
     try:
         yield
     except caught as err:
         typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2) from None
 
 
 def _described(trace) -> str:

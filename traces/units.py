@@ -42,6 +42,8 @@ def parse_size_range(text: str) -> list[int]:
     if len(parts) > 3:
         raise ValueError(f"not a size range: {text!r} (write MIN:MAX or MIN:MAX:FACTOR)")
     lo, hi = parse_size(parts[0]), parse_size(parts[1])
+    if len(parts) == 3 and not parts[2].strip().isdigit():
+        raise ValueError(f"size range {text!r}: FACTOR must be a whole number ≥ 2, got {parts[2]!r}")
     factor = int(parts[2]) if len(parts) == 3 else 2
     if lo < 1 or hi < lo or factor < 2:
         raise ValueError(f"size range {text!r} needs 1 ≤ MIN ≤ MAX and FACTOR ≥ 2")

@@ -43,21 +43,28 @@ def simulate(
     algo: Annotated[str | None, typer.Option(help="Force an algorithm (ring, tree, nvls, ...).")] = None,
     proto: Annotated[str | None, typer.Option(help="Force a protocol (ll, ll128, simple).")] = None,
     transport: Annotated[str | None, typer.Option(help="Intra-node transport: p2p, shm or net.")] = None,
-    nchannels: Annotated[int | None, typer.Option(help="Channels (CTAs).")] = None,
-    nthreads: Annotated[int | None, typer.Option(help="Threads per channel.")] = None,
+    nchannels: Annotated[int | None, typer.Option(min=1, max=255, help="Channels (CTAs).")] = None,
+    nthreads: Annotated[int | None, typer.Option(min=32, max=640, help="Threads per channel (a multiple of 32).")
+                        ] = None,
     chunk: Annotated[str | None, typer.Option(help="Chunk size, e.g. 512KiB.")] = None,
     dtype: Annotated[str, typer.Option(help="Element type.")] = "float32",
     engine: Annotated[str, typer.Option(help="fast (closed form) or des (SimPy).")] = "fast",
-    gpus_per_process: Annotated[int, typer.Option(help="GPUs driven by one host thread (nccl-tests -g).")] = 1,
+    gpus_per_process: Annotated[int, typer.Option(min=1, help="GPUs driven by one host thread (nccl-tests -g).")
+                                ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per size.")] = False,
 ) -> None:
     """Predict a collective over a range of sizes, like an nccl-tests run on the cluster.
 
     Options not given mean "what NCCL would choose".
     """
+    if nthreads is not None and nthreads % 32:
+        raise typer.BadParameter(f"{nthreads} is not a multiple of 32 (a warp)", param_hint="--nthreads")
     try:
         cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                                nic_gbps=nic_gbps)
+        if cluster.gpus_per_node % gpus_per_process:
+            raise ValueError(f"--gpus-per-process {gpus_per_process}: one process drives whole shares of a node's "
+                             f"{cluster.gpus_per_node} GPUs")
         twin = Twin(cluster, nranks, gpus_per_process=gpus_per_process)
         knobs = {
             "algo": parse_enum(Algo, algo) if algo else None,
@@ -66,6 +73,8 @@ def simulate(
             "nchannels": nchannels, "nthreads": nthreads,
             "chunk_bytes": parse_size(chunk) if chunk else None,
         }
+        if knobs["chunk_bytes"] is not None and knobs["chunk_bytes"] < 1:
+            raise ValueError(f"--chunk {chunk}: a chunk holds at least 1 byte")
         the_op = parse_op(op)
         predictions = [twin.predict(the_op, n, dtype=dtype, engine=engine, **knobs) for n in parse_size_range(sizes)]
     except (TopologyError, Unsupported, ValueError) as exc:

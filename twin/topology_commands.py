@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from traces.errors import TraceError
+from traces.trace_file import check_writable, write_atomic
 from twin.hardware import TopologyError
 from twin.topology import build_cluster, dump_spec, list_presets, load_cluster
 from twin.topology.loader import read_source
@@ -75,6 +77,10 @@ def import_(
 ) -> None:
     """Turn a real machine's description into the cluster YAML format."""
     try:
+        if nic_gbps is not None and nic_gbps <= 0:
+            raise TopologyError(f"--nic-gbps {nic_gbps:g}: a NIC's line rate must be positive")
+        if output is not None:
+            check_writable(output, "cluster description")
         text, source, name = read_source(file, "topology")
         if format is Format.AUTO:
             format = Format.NCCL_XML if text.lstrip().startswith("<") else Format.NVIDIA_SMI
@@ -89,9 +95,9 @@ def import_(
         if output is None:
             typer.echo(yaml_text, nl=False)
         else:
-            output.write_text(yaml_text)
+            write_atomic(output, [yaml_text])
             typer.echo(f"wrote {output}", err=True)
-    except (TopologyError, OSError) as err:
+    except (TopologyError, TraceError, OSError) as err:
         raise _fail(err) from None
 
 

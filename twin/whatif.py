@@ -71,6 +71,7 @@ class TaskComparison:
         d = self.default.as_dict()
         out = {k: d[k] for k in ("op", "nbytes", "dtype", "nranks", "group", "calls_per_iteration")}
         out["default"] = {k: d[k] for k in ("config", "time_us", "alone_us", "busbw_gbps")}
+        out["tuned"] = None
         if self.tuned is not None:
             t = self.tuned.as_dict()
             out["tuned"] = {k: t[k] for k in ("config", "chosen_by", "time_us", "alone_us", "busbw_gbps")}

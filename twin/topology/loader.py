@@ -72,6 +72,8 @@ def dump_spec(spec: ClusterSpec) -> str:
 def _resolve(spec: str | Path) -> tuple[Path, str]:
     if isinstance(spec, Path) or spec.endswith((".yaml", ".yml")) or "/" in spec:
         path = Path(spec)
+        if path.is_dir():
+            raise TopologyError(f"{path}: is a directory; give a cluster YAML file or a preset name")
         if not path.is_file():
             raise TopologyError(f"{path}: no such file")
         return path, str(path)

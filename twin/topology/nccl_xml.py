@@ -191,7 +191,7 @@ def _model(gpus: list[_Device], gpu_model: str | None, source: str) -> str:
         model = spec.model if spec else DEFAULT_MODEL_BY_SM.get(gpu.sm)
         if model is None:
             raise TopologyError(f"{source}: GPU {gpu.busid}: cannot tell the model (device id "
-                                f"{gpu.device_id and hex(gpu.device_id)}, sm {gpu.sm}); pass gpu_model")
+                                f"{gpu.device_id and hex(gpu.device_id)}, sm {gpu.sm}); give --gpu-model")
         models.add(model)
     if len(models) > 1:
         raise TopologyError(f"{source}: mixed GPU models {sorted(models)} (a cluster has one GPU model)")
@@ -206,7 +206,7 @@ def _nic_rates(nics: list[_Device], nic_gbps: float | None, source: str) -> tupl
     for nic in nics:
         if nic.gbps is None:
             raise TopologyError(f"{source}: NIC {nic.busid or '(no bus id)'} has no speed in the file; "
-                                "pass nic_gbps (line rate in Gb/s)")
+                                "give --nic-gbps (line rate in Gb/s)")
     return tuple(nic.gbps for nic in nics)
 
 

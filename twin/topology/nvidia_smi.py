@@ -56,7 +56,7 @@ def parse_nvidia_smi_topo(text: str, *, gpu_model: str | None = None, nic_gbps: 
         raise TopologyError(f"{source}: GPU columns must be GPU0..GPU{len(gpus) - 1}, got {', '.join(gpus)}")
     model = _model(text, gpu_model, source)
     if nics and (nic_gbps is None or nic_gbps <= 0):
-        raise TopologyError(f"{source}: nvidia-smi topo -m does not give NIC speeds; pass nic_gbps "
+        raise TopologyError(f"{source}: nvidia-smi topo -m does not give NIC speeds; give --nic-gbps "
                             f"(line rate in Gb/s) for its {len(nics)} NICs")
 
     def relation(a: str, b: str) -> str:
@@ -128,12 +128,12 @@ def _model(text: str, gpu_model: str | None, source: str) -> str:
     if name is None:
         name = next((m["name"] for m in map(_MODEL_LINE.match, text.splitlines()) if m), None)
     if name is None:
-        raise TopologyError(f"{source}: nvidia-smi topo -m does not name the GPU model; pass gpu_model "
+        raise TopologyError(f"{source}: nvidia-smi topo -m does not name the GPU model; give --gpu-model "
                             "(e.g. 'H100-SXM5-80GB')")
     try:
         return gpu_spec(name).model
     except TopologyError as err:
-        raise TopologyError(f"{source}: {err}; pass gpu_model") from None
+        raise TopologyError(f"{source}: {err}; give --gpu-model") from None
 
 
 def _components(devices: list[str], joined) -> list[list[str]]:
