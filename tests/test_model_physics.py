@@ -323,3 +323,29 @@ def test_a_simple_ring_slice_is_half_of_what_a_step_carries(a100_nodes):
     assert tiny.unit_bytes == tiny.step_bytes and tiny.sync_us == SIMPLE_SLICE_SYNC_US
     ll = build_schedule(geom, Op.ALLREDUCE, 8 * MIB, Config(Algo.RING, Proto.LL, Transport.P2P, 8, 256, 32768))
     assert ll.sync_us == 0
+
+
+def test_multi_node_rings_gain_from_more_and_faster_nics():
+    """Two DGX H100s (eight 400 Gb/s NICs each, one beside each GPU) beat two DGX A100s (200 Gb/s);
+    more NICs per node never slow a ring down. Each GPU's ring enters the node at the GPU beside its
+    NIC and leaves through it over NVLink (PXN), not across the CPU's root complex."""
+    def ring_busbw(preset, **options):
+        twin = Twin(load_cluster(preset, nodes=2, **options), 16)
+        return twin.predict(Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE).busbw_gbps
+
+    assert ring_busbw("dgx-h100") > 1.5 * ring_busbw("dgx-a100")
+    by_nics = [ring_busbw("dgx-h100", nics_per_node=k) for k in (2, 4, 8)]
+    assert by_nics == sorted(by_nics)
+    geom = CommGeometry(load_cluster("dgx-h100", nodes=2))
+    assert not any(h.dst.endswith("cpu0") or h.src.endswith("cpu0") for f in geom.ring_flows(0) for h in f.hops)
+
+
+def test_an_alltoall_runs_its_peers_side_by_side():
+    """Each rank's sends to its peers run on their own CTAs, a chunk to every peer per step: across
+    two DGX H100s an AllToAll is bound by the NICs (tens of GB/s), not by one CTA stepping through
+    one chunk at a time (it was 4.6 GB/s)."""
+    twin = Twin(load_cluster("dgx-h100", nodes=2), 16)
+    busbw = [twin.predict(Op.ALLTOALL, n).busbw_gbps for n in (1 << 20, 64 << 20, 1 << 30)]
+    assert busbw == sorted(busbw) and 25 < busbw[-1] < 100
+    one_node = Twin(load_cluster("dgx-h100", nodes=1), 8).predict(Op.ALLTOALL, 1 << 30).busbw_gbps
+    assert 250 < one_node < 450  # NVLink 4: 450 GB/s per GPU and direction

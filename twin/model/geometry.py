@@ -215,8 +215,9 @@ class CommGeometry:
         """The node's GPUs as channel ``channel`` visits them.
 
         On one node channels start at successive GPUs.  Across nodes a channel enters and leaves
-        every node through its NIC there, so it enters at the GPU second nearest that NIC,
-        visits the others in order, and leaves from the nearest (NCCL's rings do the same).
+        every node through its NIC there, so it enters at the GPU nearest that NIC, visits the
+        others in order, and leaves from the second nearest (NCCL's rings do the same; where only
+        one GPU sits beside the NIC, as on DGX H100, the last one sends through it: PXN).
         """
         key = (host_rank, channel)
         if key in self._orders:
@@ -228,7 +229,7 @@ class CommGeometry:
             order = gpus[rot:] + gpus[:rot]
         else:
             near = sorted(gpus, key=lambda g: (self.cluster.pcie_distance(g, nic), self.cluster.nic_of(g) != nic))
-            exit_gpu, entry_gpu = near[0], near[1]
+            entry_gpu, exit_gpu = near[0], near[1]
             start = gpus.index(entry_gpu)
             middle = [g for g in gpus[start:] + gpus[:start] if g not in (entry_gpu, exit_gpu)]
             order = [entry_gpu, *middle, exit_gpu]

@@ -33,6 +33,9 @@ LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
 """LL/LL128 cut-through grain: what one warp writes before the receiver can act on it (LL: eight
 8-byte lines per lane, NCCL_LL_LINES_PER_THREAD)."""
 
+MAXCHANNELS = 64
+"""NCCL's most channels (CTAs) per collective (``MAXCHANNELS`` from 2.25)."""
+
 MIN_SIMPLE_SLICE_BYTES = 32 << 10
 """Smallest slice of a Simple ring step: ``prims_simple.h`` cuts a step of ``nelem`` into
 ``SlicePerChunk`` (2) slices of ``max(nelem / 2, sliceSize / 32)``, where ``sliceSize`` is two FIFO
@@ -199,13 +202,18 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
         flows = geom.channel_flows(pattern, 0)
         share = geom.share(pattern, nch, proto)
-        # A channel drives one flow to each peer; every flow gets the busiest link's share.
-        gbps = np.minimum(share.gbps * len(flows) / (1 if op is Op.SENDRECV else n), copy)
-        payload = nbytes * ((n - 1) / n if op is Op.ALLTOALL else 1.0) / nch
-        loops = np.maximum(1, np.ceil(payload / chunk))
-        step_bytes = payload / loops
+        # AllToAll: a rank's n-1 sends run side by side, each on its own CTAs (NCCL spreads the
+        # peers over its p2p channels, ``nch`` each), each step moving one chunk to every peer.
+        # Every flow gets the busiest link's share.
+        peers = n - 1 if op is Op.ALLTOALL else 1
+        lanes = min(peers, max(1, MAXCHANNELS // nch))
+        cap = copy * lanes
+        gbps = np.minimum(share.gbps * len(flows) / (1 if op is Op.SENDRECV else n), cap)
+        per_peer = nbytes / (n if op is Op.ALLTOALL else 1) / nch
+        loops = np.maximum(1, np.ceil(per_peer / chunk))
+        step_bytes = per_peer * peers / loops
         per_flow = len(flows) / (1 if op is Op.SENDRECV else n)
-        return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us, launch, copy,
+        return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us, launch, cap,
                         scaled_links(share.links, per_flow))
     if algo is Algo.RING:
         if op is Op.ALLREDUCE:

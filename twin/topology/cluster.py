@@ -202,9 +202,21 @@ class Cluster:
         """
         key = ("nics", f"{src_gpu}>{nic_src}", f"{nic_dst}>{dst_gpu}")
         if key not in self._routes:
-            self._routes[key] = self._hops(self._pcie_path(src_gpu, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
+            self._routes[key] = self._hops(self._send_path(src_gpu, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
                                            + self._pcie_path(nic_dst, dst_gpu)[1:])
         return list(self._routes[key])
+
+    def _send_path(self, gpu: str, nic: str) -> list[str]:
+        """From ``gpu`` to ``nic``: over PCIe, or when that crosses a CPU, over NVLink to the GPU
+        beside the NIC and on from there (NCCL's PXN, on by default since 2.12: the proxy of the
+        GPU nearest the NIC sends for its NVLink peers)."""
+        path = self._pcie_path(gpu, nic)
+        if not any(kind_of(self.graph, n) == CPU for n in path[1:-1]):
+            return path
+        beside = min((g for g in self.nvlink_peers(gpu)
+                      if not any(kind_of(self.graph, n) == CPU for n in self._pcie_path(g, nic)[1:-1])),
+                     key=lambda g: (self.pcie_distance(g, nic), self._rank_key(g)), default=None)
+        return path if beside is None else self._p2p_path(gpu, beside) + self._pcie_path(beside, nic)[1:]
 
     def pcie_distance(self, gpu: str, nic: str) -> int:
         """PCIe hops from a GPU to a NIC of its host (NCCL prefers the nearest)."""
