@@ -349,3 +349,11 @@ def test_an_alltoall_runs_its_peers_side_by_side():
     assert busbw == sorted(busbw) and 25 < busbw[-1] < 100
     one_node = Twin(load_cluster("dgx-h100", nodes=1), 8).predict(Op.ALLTOALL, 1 << 30).busbw_gbps
     assert 250 < one_node < 450  # NVLink 4: 450 GB/s per GPU and direction
+
+
+def test_channels_on_different_nics_leave_their_node_from_different_gpus():
+    """Eight rails, eight channels: every GPU of an HGX H200 node is the entry of one channel and the
+    exit of another, so each proxy thread serves one network send and one receive per step."""
+    geom = CommGeometry(load_cluster("hgx-h200", nodes=4))
+    orders = [geom._local_order(0, channel) for channel in range(8)]
+    assert sorted(order[0] for order in orders) == sorted(order[-1] for order in orders) == geom._hosts[0]

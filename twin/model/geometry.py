@@ -228,9 +228,16 @@ class CommGeometry:
             rot = channel % len(gpus)
             order = gpus[rot:] + gpus[:rot]
         else:
-            near = sorted(gpus, key=lambda g: (self.cluster.pcie_distance(g, nic), self.cluster.nic_of(g) != nic))
-            entry_gpu, exit_gpu = near[0], near[1]
+            def closeness(g: str) -> tuple[int, bool]:
+                return self.cluster.pcie_distance(g, nic), self.cluster.nic_of(g) != nic
+
+            near = sorted(gpus, key=closeness)
+            entry_gpu = near[0]
             start = gpus.index(entry_gpu)
+            # Of the GPUs next nearest the NIC, the ring leaves from the one it reaches last, so
+            # channels on different NICs leave from different GPUs (and their proxies share the work).
+            tied = [g for g in near[1:] if closeness(g) == closeness(near[1])]
+            exit_gpu = max(tied, key=lambda g: (gpus.index(g) - start) % len(gpus))
             middle = [g for g in gpus[start:] + gpus[:start] if g not in (entry_gpu, exit_gpu)]
             order = [entry_gpu, *middle, exit_gpu]
         self._orders[key] = order
