@@ -7,7 +7,7 @@ Builds the example plugin from an NCCL source tree (``plugins/tuner/example`` fr
 asks it, as NCCL's ``getCollInfo`` call would, for every winner's size and for both ends of
 every rule's byte range: which (algorithm, protocol) entry of a cost table it zeroes and how
 many channels it returns.  Prints one row per question and exits 1 if any answer differs from
-the winner.  Needs no GPU (the plugin is plain C) and no network (give it a checkout).
+the winner (2 on bad input).  Needs no GPU (the plugin is plain C) and no network (give it a checkout).
 
     python benchmarks/tuner_plugin_check.py --nccl-src ~/src/nccl --store tuning.db [--hardware ID]
     python benchmarks/tuner_plugin_check.py --nccl-src ~/src/nccl --trace job.json --topology dgx-h100
@@ -29,13 +29,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from traces.errors import TraceError
 from traces.trace_file import load_trace
 from tuner.export import PLUGIN_OPS, nodes_of, tuner_rules, write_tuner_csv
 from tuner.measurement import Measurement
-from tuner.store import Store
+from tuner.store import Store, StoreError
 from twin.rank import rank_trace
 from twin.rank_commands import predicted_winners
+from twin.replay import ReplayError
 from twin.replay.comms import cluster_for, shaped_tasks
+from twin.topology import TopologyError
 
 NCCL_FUNC = {"broadcast": 0, "reduce": 1, "allgather": 2, "reducescatter": 3, "allreduce": 4}
 NCCL_ALGO = ["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
@@ -59,14 +62,14 @@ class _Tuner(ctypes.Structure):
                 ("finalize", ctypes.c_void_p)]
 
 
-def build_plugin(nccl_src: Path, out_dir: Path) -> Path:
+def build_plugin(nccl_src: Path, out_dir: Path, parser: argparse.ArgumentParser) -> Path:
     """Compile the example tuner plugin of ``nccl_src`` as its Makefile does; the ``.so`` path."""
     for rel in ("plugins/tuner/example", "ext-tuner/example"):
         src = nccl_src / rel
         if (src / "plugin.c").is_file():
             break
     else:
-        raise SystemExit(f"{nccl_src}: no plugins/tuner/example/plugin.c or ext-tuner/example/plugin.c")
+        parser.error(f"{nccl_src}: no plugins/tuner/example/plugin.c or ext-tuner/example/plugin.c")
     lib = out_dir / "libnccl-tuner-example.so"
     cc = os.environ.get("CC", "cc")
     subprocess.run([cc, "-Inccl", "-fPIC", "-shared", "-o", str(lib), "plugin.c"], cwd=src, check=True)
@@ -177,19 +180,22 @@ def main() -> None:
     args = parser.parse_args()
     if (args.store is None) == (args.trace is None) or (args.trace is not None and args.topology is None):
         parser.error("give --store, or --trace with --topology")
-    if args.store is not None:
-        source = str(args.store)
-        with Store(args.store, create=False) as db:
-            winners = db.bests(hardware=args.hardware)
-    else:
-        source = f"the twin's ranking of {args.trace} on {args.topology}"
-        workload = load_trace(args.trace)
-        cluster = cluster_for(workload, args.topology)
-        winners = predicted_winners(rank_trace(workload, cluster).plan, shaped_tasks(workload, cluster))
+    try:
+        if args.store is not None:
+            source = str(args.store)
+            with Store(args.store, create=False) as db:
+                winners = db.bests(hardware=args.hardware)
+        else:
+            source = f"the twin's ranking of {args.trace} on {args.topology}"
+            workload = load_trace(args.trace)
+            cluster = cluster_for(workload, args.topology)
+            winners = predicted_winners(rank_trace(workload, cluster).plan, shaped_tasks(workload, cluster))
+    except (StoreError, TraceError, TopologyError, ReplayError) as err:
+        parser.error(str(err))
     if not winners:
-        raise SystemExit(f"{source}: no winners")
+        parser.error(f"{source}: no winners")
     with tempfile.TemporaryDirectory() as tmp:
-        lib = build_plugin(args.nccl_src.expanduser(), Path(tmp))
+        lib = build_plugin(args.nccl_src.expanduser(), Path(tmp), parser)
         rows = check_in_child(lib, winners, Path(tmp) / "nccl_tuner.csv")
     print(f"# NCCL example tuner plugin from {args.nccl_src}, {len(winners)} winners of {source}")
     print(f"{'op':<14}{'bytes':>22} {'nodes':>5} {'ranks':>5}  {'asked':<9} {'expected':<24} {'plugin':<24} ok")

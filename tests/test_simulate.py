@@ -87,6 +87,11 @@ def test_both_engines_give_the_same_answer_through_the_cli():
     (["--topology", "dgx-a100", "--nodes", "2", "--op", "allreduce", "--nranks", "12"], "whole nodes"),
     (["--topology", "l40s-pcie", "--op", "allreduce", "--algo", "nvls"], "nvls"),
     (["--topology", "dgx-a100", "--op", "broadcast", "--algo", "tree"], "tree"),
+    (["--topology", "dgx-a100", "--op", "allreduce", "--nchannels", "200"], "at most 64 channels"),
+    (["--topology", "dgx-a100", "--op", "allreduce", "--proto", "ll128", "--chunk", "1000"], "grain of 1920"),
+    (["--topology", "dgx-a100", "--op", "allreduce", "--proto", "ll128", "--nthreads", "64"], "96 to 640"),
+    (["--topology", "dgx-a100", "--op", "allreduce", "--gpus-per-process", "3"], "whole shares"),
+    (["--topology", "/tmp", "--op", "allreduce"], "is a directory"),
 ])
 def test_bad_input_is_a_clear_error(args, message):
     result = simulate(*args)

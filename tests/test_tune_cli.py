@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from typer.testing import CliRunner
 
 from ccltwin import app
 from traces.task import Op, Task
 from traces.trace_file import load_trace
-from tuner.plan import save_plan
+from tuner.plan import load_plan, save_plan
 from tuner.store import Store
 from twin.rank import rank_tasks
 from twin.replay.comms import Communicators
@@ -87,6 +88,8 @@ def test_errors_are_one_line_with_exit_code_2():
         ((*ONE_TASK, "--search", "annealing"), "expected one of autoccl"),
         ((*ONE_TASK, "--warm-start", "/nonexistent/plan.json"), "cannot read the plan"),
         (("tune", "--topology", "a40-pcie", "--op", "allreduce", "--nbytes", "1MiB", "--nranks", "64"), "64"),
+        (("tune", "--topology", "dgx-h100", "--op", "allreduce", "--nbytes", "1MiB", "--nranks", "9"),
+         "allreduce 1048576 B float32 on 9 ranks"),
     ]:
         result = invoke(*args)
         assert result.exit_code == 2, (args, result.output)
@@ -134,3 +137,24 @@ def test_impossible_numbers_are_refused_up_front():
                           ((*ONE_TASK, "--seed", "-1"), "--seed")]:
         result = invoke(*args)
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+
+
+def test_a_size_floor_above_every_task_says_so():
+    result = invoke("tune", "--topology", "dgx-h100", "--trace", "traces/examples/vgg19-dp32.json.gz",
+                    "--min-size", "1TiB")
+    assert result.exit_code == 0
+    assert "no task of traces/examples/vgg19-dp32.json.gz moves at least 1TiB" in result.output
+
+
+def test_a_plan_with_several_entries_for_the_task_says_so(tmp_path):
+    plan_path = tmp_path / "plan.json"
+    assert invoke("rank", "--trace", "traces/examples/phi2-tp8dp4.json.gz", "--topology", "dgx-h100",
+                  "-o", str(plan_path)).exit_code == 0
+    plan = load_plan(plan_path)
+    entry = next(e for e in plan.entries if e.task.op is Op.ALLREDUCE and e.task.nranks == 8)
+    twin_entry = replace(entry, task=replace(entry.task, group="tp:1"))
+    save_plan(replace(plan, entries=(*plan.entries, twin_entry)), plan_path)
+    result = invoke("tune", "--topology", "dgx-h100", "--op", "allreduce", "--nbytes", str(entry.task.nbytes),
+                    "--nranks", "8", "--max-trials", "2", "--warm-start", str(plan_path))
+    assert result.exit_code == 0, result.output
+    assert "the plan has 2 entries of this op, size and rank count" in result.output

@@ -310,6 +310,8 @@ def test_store_commands_import_show_and_export(tmp_path):
     assert len(json.loads(result.output)) == 26
     again = runner.invoke(app, ["store", "import", str(db), str(log), "--hardware", "l40s"])
     assert "added 0 measurements" in again.output and "skipped 25 already in the store" in again.output
+    twice = runner.invoke(app, ["store", "import", str(tmp_path / "twice.db"), str(log), str(log)])
+    assert "added 25 measurements from 2 log(s); skipped 25" in twice.output
     result = runner.invoke(app, ["store", "show", str(db), "--history"])
     assert "26 measurements in all; 26 measurements" in result.output
     assert "nccl-tests nccl default (NCCL_PROTO=simple)" in result.output  # the log's forced protocol

@@ -66,6 +66,8 @@ def check_writable(path: str | PathLike[str], what: str = "file") -> None:
     folder = target.parent
     if target.is_dir():
         raise TraceError(f"is a directory; give a file name for the {what}", path)
+    if folder.exists() and not folder.is_dir():
+        raise TraceError(f"cannot write the {what}: {str(folder)!r} is a file, not a folder", path)
     if not folder.is_dir():
         raise TraceError(f"cannot write the {what}: folder {str(folder)!r} does not exist", path)
     if not os.access(folder, os.W_OK | os.X_OK):

@@ -140,7 +140,7 @@ def read_nccl_tests_measurements(path: str | PathLike[str], *, hardware: str | N
     log = read_nccl_tests(path)
     hardware = hardware or hardware_id(log.header.get("HARDWARE", ""))
     if not hardware:
-        raise TraceError("the log has no '# HARDWARE:' line; say which cluster it is from (hardware=...)", log.path)
+        raise TraceError("the log has no '# HARDWARE:' line; say which cluster it is from (--hardware)", log.path)
     out = []
     for row in log.rows:
         task = log.task(row)

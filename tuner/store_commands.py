@@ -92,13 +92,17 @@ def import_(
         measurements = [m for log in logs for m in read_nccl_tests_measurements(log, hardware=hardware)]
         with Store(store) as db:
             seen = {_identity(m) for h in {m.hardware for m in measurements} for m in db.history(hardware=h)}
-            new = [m for m in measurements if _identity(m) not in seen]
+            new = []
+            for m in measurements:  # rows already stored, or given twice (the same log named twice)
+                if (identity := _identity(m)) not in seen:
+                    seen.add(identity)
+                    new.append(m)
             db.add_many(new)
     except (TraceError, StoreError) as err:
         raise _fail(err) from None
     skipped = len(measurements) - len(new)
     typer.echo(f"{store}: added {len(new)} measurements from {len(logs)} log(s)"
-               + (f"; skipped {skipped} already in the store" if skipped else ""))
+               + (f"; skipped {skipped} already in the store or given twice" if skipped else ""))
 
 
 def _identity(m: Measurement) -> str:

@@ -9,7 +9,8 @@ import typer
 
 from traces.task import parse_op
 from traces.units import parse_size, parse_size_range
-from tuner.config import Algo, Proto, Transport, parse_enum
+from tuner.config import Algo, Config, Proto, Transport, parse_enum
+from tuner.space import GRAIN_BYTES, THREAD_VALUES, max_threads, maxchannels
 from twin.model.schedule import Unsupported
 from twin.predict import Prediction, Twin
 from twin.topology import TopologyError, load_cluster
@@ -29,6 +30,22 @@ def _row(p: Prediction) -> str:
 def fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
+
+
+def check_forced_resources(config: Config, knobs: dict, nccl_version: tuple[int, int, int]) -> None:
+    """Raise ``ValueError`` naming the option when a forced resource is one NCCL cannot run with
+    the algorithm and protocol in use: channels above ``MAXCHANNELS``, threads outside the
+    protocol's range, a chunk smaller than the protocol's grain."""
+    s = config.subspace
+    if knobs["nchannels"] is not None and config.nchannels > maxchannels(nccl_version):
+        raise ValueError(f"--nchannels {config.nchannels}: NCCL {'.'.join(map(str, nccl_version))} runs at most "
+                         f"{maxchannels(nccl_version)} channels")
+    top = max_threads(s.algo, s.proto)
+    if knobs["nthreads"] is not None and not THREAD_VALUES[0] <= config.nthreads <= top:
+        raise ValueError(f"--nthreads {config.nthreads}: {s.algo}/{s.proto} runs {THREAD_VALUES[0]} to {top} threads")
+    grain = GRAIN_BYTES[s.proto]
+    if knobs["chunk_bytes"] is not None and config.chunk_bytes < grain:
+        raise ValueError(f"--chunk {config.chunk_bytes}: below the {s.proto} protocol's grain of {grain} bytes")
 
 
 def simulate(
@@ -73,10 +90,10 @@ def simulate(
             "nchannels": nchannels, "nthreads": nthreads,
             "chunk_bytes": parse_size(chunk) if chunk else None,
         }
-        if knobs["chunk_bytes"] is not None and knobs["chunk_bytes"] < 1:
-            raise ValueError(f"--chunk {chunk}: a chunk holds at least 1 byte")
         the_op = parse_op(op)
         predictions = [twin.predict(the_op, n, dtype=dtype, engine=engine, **knobs) for n in parse_size_range(sizes)]
+        for p in predictions:
+            check_forced_resources(p.config, knobs, twin.nccl.nccl_version)
     except (TopologyError, Unsupported, ValueError) as exc:
         fail(str(exc))
     if as_json:

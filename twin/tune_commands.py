@@ -71,6 +71,14 @@ def replay(search: Search, stored: list[Measurement], executor: TwinExecutor) ->
     return n
 
 
+def _no_entry(plan: Plan, task: Task) -> str:
+    """Why ``plan`` gives ``task`` no entry: none of its op, size and ranks, or several."""
+    same = sum((e.task.op, e.task.nbytes, e.task.nranks) == (task.op, task.nbytes, task.nranks) for e in plan.entries)
+    if same > 1:
+        return f"the plan has {same} entries of this op, size and rank count and none of group {task.group}"
+    return "the plan has no entry for it"
+
+
 def tune_task(executor: TwinExecutor, named: Task, task: Task, *, search_name: str, seed: int,
               plan: Plan | None, store: Store | None, max_trials: int | None, echo) -> dict:
     """Tune one task; prints its trajectory through ``echo`` and returns its JSON object."""
@@ -85,7 +93,7 @@ def tune_task(executor: TwinExecutor, named: Task, task: Task, *, search_name: s
     if store is not None:
         replayed = replay(search, [m for m in store.history(task, hardware=executor.hardware)
                                    if m.source == "twin" and m.config is not None], executor)
-    start = "warm start from the plan" if warm else "cold start" + (" (the plan has no entry for it)" if plan else "")
+    start = "warm start from the plan" if warm else "cold start" + (f" ({_no_entry(plan, task)})" if plan else "")
     echo(f"## {task.op} {task.nbytes} B {task.dtype} on {task.nranks} ranks ({task.group}): {space.size} configs in "
          f"{len(space.subspaces)} subspaces; {start}"
          f"{f'; {replayed} trials replayed from the store' if replayed else ''}")
@@ -150,6 +158,8 @@ def tune(
             runner = TwinExecutor(cluster, noise=noise, seed=seed)
             floor = parse_size(min_size)
             tasks = [(n, t) for n, t, _ in trace_tasks(loaded, cluster) if t.nbytes >= floor]
+            if not tasks:
+                typer.echo(f"note: no task of {trace} moves at least {min_size}; nothing to tune", err=True)
         else:
             cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node)
             runner = TwinExecutor(cluster, noise=noise, seed=seed)
@@ -158,7 +168,7 @@ def tune(
             size = parse_size(nbytes)
             if size < 1:
                 fail(f"--nbytes {nbytes}: a task moves at least 1 byte")
-            placed = runner.twin(Task(parse_op(op), 0, nranks)).task(parse_op(op), size, dtype)
+            placed = runner.twin(Task(parse_op(op), size, nranks, dtype)).task(parse_op(op), size, dtype)
             tasks = [(placed, placed)]
         plan = load_plan(warm_start) if warm_start is not None else None
         db = Store(store) if store is not None else None
