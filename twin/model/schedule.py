@@ -28,13 +28,11 @@ from tuner.config import Algo, Config, Proto
 from tuner.rules import ALGORITHMS_FOR_OP
 from twin.model.geometry import CommGeometry, LinkUse
 from twin.model.protocols import EXTRA_GPU_LAUNCH_US, LAUNCH_US, cta_copy_gbps
+from twin.nccl_model.constants import MAXCHANNELS
 
 LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
 """LL/LL128 cut-through grain: what one warp writes before the receiver can act on it (LL: eight
 8-byte lines per lane, NCCL_LL_LINES_PER_THREAD)."""
-
-MAXCHANNELS = 64
-"""NCCL's most channels (CTAs) per collective (``MAXCHANNELS`` from 2.25)."""
 
 MIN_SIMPLE_SLICE_BYTES = 32 << 10
 """Smallest slice of a Simple ring step: ``prims_simple.h`` cuts a step of ``nelem`` into
