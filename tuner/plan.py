@@ -146,6 +146,11 @@ class Plan:
                 return entry
         raise KeyError(task)
 
+    def like(self, task: Task) -> list[PlanEntry]:
+        """The entries of the same op, size and rank count as ``task``, whatever their dtype and group."""
+        return [e for e in self.entries
+                if (e.task.op, e.task.nbytes, e.task.nranks) == (task.op, task.nbytes, task.nranks)]
+
     def find(self, task: Task) -> PlanEntry | None:
         """The entry of ``task``; else the only entry of the same op, size and rank count whose
         group is ``task.group`` or unspecified on either side; else the only one whose group is
@@ -155,8 +160,7 @@ class Plan:
             return self.entry(task)
         except KeyError:
             pass
-        same = [e for e in self.entries
-                if (e.task.op, e.task.nbytes, e.task.nranks) == (task.op, task.nbytes, task.nranks)]
+        same = self.like(task)
         close = [e for e in same if not e.task.group or not task.group or e.task.group == task.group]
         named = [e for e in same if not (GROUP_SHAPE.match(e.task.group) and GROUP_SHAPE.match(task.group))]
         for found in (close, named):

@@ -73,7 +73,7 @@ def replay(search: Search, stored: list[Measurement], executor: TwinExecutor) ->
 
 def _no_entry(plan: Plan, task: Task) -> str:
     """Why ``plan`` gives ``task`` no entry: none of its op, size and ranks, or several."""
-    same = sum((e.task.op, e.task.nbytes, e.task.nranks) == (task.op, task.nbytes, task.nranks) for e in plan.entries)
+    same = len(plan.like(task))
     if same > 1:
         return f"the plan has {same} entries of this op, size and rank count and none of group {task.group}"
     return "the plan has no entry for it"
