@@ -127,10 +127,11 @@ def export(
             if path is not None:
                 check_writable(path, what)
         with Store(store, create=False) as db:
-            if not db.bests():
-                raise StoreError(f"{store}: no winners to export ({NO_WINNERS})")
-            hardware = hardware or _only_hardware(db)
-            winners = db.bests(hardware=hardware)
+            every = db.bests()
+        if not every:
+            raise StoreError(f"{store}: no winners to export ({NO_WINNERS})")
+        hardware = hardware or _only_hardware(store, every)
+        winners = [m for m in every if m.hardware == hardware]
     except (StoreError, TraceError) as err:
         raise _fail(err) from None
     if not winners:
@@ -147,9 +148,8 @@ def export(
         typer.echo(f"wrote {env} (bash: set -a; . {env}; set +a)")
 
 
-def _only_hardware(db: Store) -> str:
-    ids = sorted({m.hardware for m in db.bests()})
+def _only_hardware(store: Path, winners: list[Measurement]) -> str:
+    ids = sorted({m.hardware for m in winners})
     if len(ids) != 1:
-        found = ", ".join(repr(i) for i in ids) or "none"
-        raise StoreError(f"{db.path}: give --hardware; the store holds winners of {found}")
+        raise StoreError(f"{store}: give --hardware; the store holds winners of {', '.join(repr(i) for i in ids)}")
     return ids[0]
