@@ -31,7 +31,7 @@ from pathlib import Path
 
 from traces.errors import TraceError
 from traces.trace_file import load_trace
-from tuner.export import PLUGIN_OPS, nodes_of, tuner_rules, write_tuner_csv
+from tuner.export import plugin_winners, tuner_rules, write_tuner_csv
 from tuner.measurement import Measurement
 from tuner.store import Store, StoreError
 from twin.rank import rank_trace
@@ -114,28 +114,15 @@ class ExamplePlugin:
         self._finalize(self._ctx)
 
 
-def expected_winners(winners: list[Measurement]) -> dict[tuple[str, int, int, int], Measurement]:
-    """The winner the plugin should apply per (op, nodes, ranks, size): the fastest of those it
-    cannot tell apart, as ``tuner_rules`` keeps."""
-    out: dict[tuple[str, int, int, int], Measurement] = {}
-    for m in winners:
-        if m.config is None or m.task.op not in PLUGIN_OPS:
-            continue
-        key = (m.task.op.value, nodes_of(m.task), m.task.nranks, m.task.nbytes)
-        if key not in out or m.time_us < out[key].time_us:
-            out[key] = m
-    return out
-
-
 def check(lib: Path, winners: list[Measurement], csv: Path) -> list[tuple]:
     """One row per question: (op, bytes, nodes, ranks, what, expected, answered, ok)."""
     write_tuner_csv(winners, csv)
     rules, _ = tuner_rules(winners)
     questions: dict[tuple[int, int], list[tuple[str, int, str, tuple]]] = {}
-    for (op, nnodes, nranks, nbytes), m in expected_winners(winners).items():
+    for (op, nnodes, nranks, nbytes), m in plugin_winners(winners)[0].items():
         c = m.config
         questions.setdefault((nnodes, nranks), []).append(
-            (op, nbytes, "winner", (c.algo.value, c.proto.value, c.nchannels)))
+            (op.value, nbytes, "winner", (c.algo.value, c.proto.value, c.nchannels)))
     for r in rules:
         want = (r.algo.value, r.proto.value, r.nchannels)
         for edge, nbytes in (("rule min", r.min_bytes), ("rule max", r.max_bytes)):

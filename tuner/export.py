@@ -43,7 +43,8 @@ from tuner.config import Algo, Proto, Transport
 from tuner.measurement import Measurement
 from tuner.process_knobs import LL128_NTHREADS_RANGE, NTHREADS_RANGE, ProcessSettings, buffsize_for_chunk
 
-__all__ = ["TUNER_CSV_HEADER", "TunerRule", "settings_from_winners", "tuner_rules", "write_env", "write_tuner_csv"]
+__all__ = ["TUNER_CSV_HEADER", "TunerRule", "plugin_winners", "settings_from_winners", "tuner_rules", "write_env",
+           "write_tuner_csv"]
 
 TUNER_CSV_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
 PLUGIN_OPS = (Op.BROADCAST, Op.REDUCE, Op.ALLGATHER, Op.REDUCESCATTER, Op.ALLREDUCE)
@@ -82,12 +83,11 @@ def nodes_of(task: Task) -> int:
     return int(match[2]) if match[2] else len(match[3].split("+"))
 
 
-def tuner_rules(winners: Iterable[Measurement], *, cover_all_sizes: bool = True) -> tuple[list[TunerRule], list[str]]:
-    """Rules for the example plugin from winning measurements, and notes on what was left out.
+def plugin_winners(winners: Iterable[Measurement]) -> tuple[dict[tuple[Op, int, int, int], Measurement], list[str]]:
+    """The winner the plugin applies per (collective, nodes, ranks, size), and notes on the rest.
 
-    Winners the plugin cannot tell apart (same collective, size, node and rank count: it sees
-    neither dtype nor communicator) keep the fastest. ``cover_all_sizes=False`` writes one
-    exact-size rule per winner.
+    The plugin sees neither dtype nor communicator, so of winners it cannot tell apart the
+    fastest stays; point-to-point winners and those without a config are left out.
     """
     notes = []
     chosen: dict[tuple[Op, int, int, int], Measurement] = {}
@@ -108,6 +108,17 @@ def tuner_rules(winners: Iterable[Measurement], *, cover_all_sizes: bool = True)
                              "winner of the same size and shape that the plugin cannot tell apart")
             m = faster
         chosen[key] = m
+    return chosen, notes
+
+
+def tuner_rules(winners: Iterable[Measurement], *, cover_all_sizes: bool = True) -> tuple[list[TunerRule], list[str]]:
+    """Rules for the example plugin from winning measurements, and notes on what was left out.
+
+    Winners the plugin cannot tell apart (same collective, size, node and rank count: it sees
+    neither dtype nor communicator) keep the fastest (``plugin_winners``). ``cover_all_sizes=False``
+    writes one exact-size rule per winner.
+    """
+    chosen, notes = plugin_winners(winners)
     groups: dict[tuple[Op, int, int], list[Measurement]] = defaultdict(list)
     for (op, nnodes, nranks, _), m in sorted(chosen.items(), key=_rule_order):
         groups[(op, nnodes, nranks)].append(m)
