@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -73,9 +73,12 @@ class _Job:
     """[index, dim, positive] of the last round's neighbours."""
     visited: np.ndarray | None = None
 
+    SAVED: ClassVar[tuple[str, ...]] = ("status", "pretrain_left", "start", "train_trials", "retry", "cur", "dim",
+                                        "positive", "lr", "conv", "next_points")
+    """The plain fields ``to_dict`` writes and ``AutoCCL._load`` reads back."""
+
     def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("status", "pretrain_left", "start", "train_trials", "retry", "cur",
-                                           "dim", "positive", "lr", "conv", "next_points")}
+        d = {k: getattr(self, k) for k in self.SAVED}
         d["subspace"] = subspace_names(self.subspace)
         d["visited"] = np.flatnonzero(self.visited).tolist()
         return d
@@ -297,8 +300,7 @@ class AutoCCL(Search):
         self.jobs = []
         for d in state["jobs"]:
             subspace = self._subspace_named(d["subspace"])
-            job = _Job(subspace, **{k: d[k] for k in ("status", "pretrain_left", "start", "train_trials", "retry",
-                                                       "cur", "dim", "positive", "lr", "conv", "next_points")})
+            job = _Job(subspace, **{k: d[k] for k in _Job.SAVED})
             job.visited = np.zeros(self.space.candidates(subspace).size, dtype=bool)
             job.visited[d["visited"]] = True
             self.jobs.append(job)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -69,9 +69,11 @@ class _Job:
     """Warm start, predicted slow: measure the plan's point once before searching here.
     ``None`` marks the second start after a warm start (there is only one)."""
 
+    SAVED: ClassVar[tuple[str, ...]] = ("center", "status", "axis", "rounds", "cycles", "stall", "confirming", "probe")
+    """The plain fields ``to_dict`` writes and ``Ours._load`` reads back."""
+
     def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("center", "status", "axis", "rounds", "cycles", "stall", "confirming",
-                                           "probe")}
+        d = {k: getattr(self, k) for k in self.SAVED}
         d["subspace"] = subspace_names(self.subspace)
         d["line"] = {str(k): v for k, v in self.line.items()}
         return d
@@ -335,7 +337,6 @@ class Ours(Search):
         self.jobs = []
         for d in state["jobs"]:
             subspace = self._subspace_named(d["subspace"])
-            job = _Job(subspace, **{k: d[k] for k in ("center", "status", "axis", "rounds", "cycles", "stall",
-                                                       "confirming", "probe")})
+            job = _Job(subspace, **{k: d[k] for k in _Job.SAVED})
             job.line = {int(k): v for k, v in d["line"].items()}
             self.jobs.append(job)
