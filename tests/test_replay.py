@@ -116,14 +116,20 @@ def test_streams_run_in_order_and_calls_wait_for_the_last_member(h100):
     assert task.time_us == pytest.approx(t, rel=1e-9) and task.calls_per_iteration == 1
 
 
-def test_a_collective_overlapped_with_compute_hides_its_time(h100):
+def overlapped(nbytes: int, backward_us: float) -> Trace:
+    """Two ranks: 100 µs of compute, then an AllReduce of ``nbytes`` beside ``backward_us`` of
+    compute, then 100 µs that waits for both."""
     b = TraceBuilder(2, {"g": (0, 1)})
     for rank in (0, 1):
         a = b.compute(rank, 100.0)
-        x = b.call(rank, Op.ALLREDUCE, 64 << 20, "g", after=[a])
-        bwd = b.compute(rank, 3000.0, after=[a])
+        x = b.call(rank, Op.ALLREDUCE, nbytes, "g", after=[a])
+        bwd = b.compute(rank, backward_us, after=[a])
         b.compute(rank, 100.0, after=[x, bwd])
-    result = replay(b.trace(), h100)
+    return b.trace()
+
+
+def test_a_collective_overlapped_with_compute_hides_its_time(h100):
+    result = replay(overlapped(64 << 20, 3000.0), h100)
     t = alone_us(h100, 2, Op.ALLREDUCE, 64 << 20)
     assert t < 3000.0
     for rank in result.ranks:
@@ -137,13 +143,7 @@ def test_a_collective_overlapped_with_compute_hides_its_time(h100):
 
 
 def test_exposed_communication_is_what_compute_does_not_cover(h100):
-    b = TraceBuilder(2, {"g": (0, 1)})
-    for rank in (0, 1):
-        a = b.compute(rank, 100.0)
-        x = b.call(rank, Op.ALLREDUCE, 512 << 20, "g", after=[a])
-        bwd = b.compute(rank, 200.0, after=[a])
-        b.compute(rank, 100.0, after=[x, bwd])
-    result = replay(b.trace(), h100)
+    result = replay(overlapped(512 << 20, 200.0), h100)
     for rank in result.ranks:
         assert rank.comm_us > 1000.0
         # Always busy, so what is not compute is exposed communication.
