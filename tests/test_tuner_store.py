@@ -176,6 +176,14 @@ def test_a_killed_writer_loses_no_acknowledged_row(tmp_path, batch):
         assert {m.task: m.time_us for m in store.bests()} == fastest
 
 
+def run_sql(path, statement: str) -> None:
+    """One committed statement on an SQLite file, outside ``Store``."""
+    db = sqlite3.connect(path)
+    db.execute(statement)
+    db.commit()
+    db.close()
+
+
 def test_opening_something_that_is_not_a_store_names_the_file(tmp_path):
     with pytest.raises(StoreError, match="no such store"):
         Store(tmp_path / "missing.db", create=False)
@@ -184,18 +192,12 @@ def test_opening_something_that_is_not_a_store_names_the_file(tmp_path):
     with pytest.raises(StoreError, match=f"{text}: not a ccltwin store"):
         Store(text)
     other = tmp_path / "other.db"
-    db = sqlite3.connect(other)
-    db.execute("CREATE TABLE people (name TEXT)")
-    db.commit()
-    db.close()
+    run_sql(other, "CREATE TABLE people (name TEXT)")
     with pytest.raises(StoreError, match="not a ccltwin store"):
         Store(other)
     newer = tmp_path / "newer.db"
     Store(newer).close()
-    db = sqlite3.connect(newer)
-    db.execute("UPDATE schema_version SET version = 99")
-    db.commit()
-    db.close()
+    run_sql(newer, "UPDATE schema_version SET version = 99")
     with pytest.raises(StoreError, match="schema version 99"):
         Store(newer)
 
