@@ -14,7 +14,7 @@ from twin.placement import Communicator, Placement, PlacementError, cluster_for
 from twin.predict import predict
 from twin.replay import ReplayError, plan_configs, replay
 from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, roofline_us
-from twin.topology import load_cluster
+from twin.topology import Cluster, load_cluster
 
 
 class TraceBuilder:
@@ -87,7 +87,7 @@ def a100x2():
     return load_cluster("dgx-a100", nodes=2)
 
 
-def alone_us(cluster, nranks: int, op: Op, nbytes: int) -> float:
+def alone_us(cluster: Cluster, nranks: int, op: Op, nbytes: int) -> float:
     return predict(Communicator.first(cluster, nranks), op, nbytes).time_us
 
 

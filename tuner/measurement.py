@@ -1,9 +1,9 @@
 """One timed collective: what ran, how long it took, and under which circumstances.
 
 A measurement from the live tuner reads "AllReduce of 64 MiB on the 8-GPU TP group ran with
-ring/simple/p2p, 16 channels, 512 threads, 2 MiB chunks in 812.4 µs on cluster ``h100-a``
-with NCCL 2.28.9, while compute kernels occupied 30% of the SMs". The twin writes the same
-record for a prediction (``source="twin"``), and a nccl-tests log gives one per row
+ring/simple/p2p, 16 channels, 512 threads, 2 MiB chunks in 812.4 µs on cluster ``h100-a:8x4``
+(its identity: ``tuner.identity``) with NCCL 2.28.9, while compute kernels occupied 30% of the
+SMs". The twin writes the same record for a prediction (``source="twin"``), and a nccl-tests log gives one per row
 (``source="nccl-tests"``): there NCCL chose the configuration and did not say what it was, so
 ``config`` is ``None`` and ``env`` keeps the ``NCCL_*`` variables (``NCCL_ALGO``,
 ``NCCL_PROTO``...) that constrained its choice.

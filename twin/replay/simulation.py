@@ -229,7 +229,7 @@ class _Replay:
             rank, event = stuck[0]
             raise ReplayError(f"rank {rank}, event {event} never ran ({len(stuck)} events stuck)")
 
-    def result(self, cluster: str) -> ReplayResult:
+    def result(self, identity: str) -> ReplayResult:
         iterations = sorted(self.iteration_end)
         n = max(len(iterations), 1)
         times, previous = [], 0.0
@@ -243,7 +243,7 @@ class _Replay:
             comm = union(self.intervals[rank]["comm"])
             ranks.append(RankTimes(rank, length(compute) / n, length(comm) / n,
                                    (length(comm) - overlap(comm, compute)) / n))
-        return ReplayResult(cluster, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n, computes),
+        return ReplayResult(identity, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n, computes),
                             tuple(self._notes()))
 
     def _tasks(self, iterations: int, computes: dict[int, list[tuple[float, float]]]) -> tuple[TaskTimes, ...]:
