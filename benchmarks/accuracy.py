@@ -27,7 +27,8 @@ from pathlib import Path
 from traces.nccl_tests import NcclTestsLog, read_nccl_tests
 from traces.task import Op
 from tuner.config import Algo, Proto, parse_enum
-from twin.predict import Twin
+from twin.placement import Communicator
+from twin.predict import predict
 from twin.topology import load_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -106,15 +107,16 @@ def predict_file(path: Path) -> tuple[NcclTestsLog, list[tuple[int, float, float
     log = read_nccl_tests(path)
     run = RUNS[path.stem]
     cluster = load_cluster(run.topology, nodes=run.nodes, nics_per_node=run.nics_per_node)
-    twin = Twin(cluster, log.nranks, gpus_per_process=run.gpus_per_process, nccl_version=nccl_release(log))
+    comm = Communicator.first(cluster, log.nranks, gpus_per_process=run.gpus_per_process,
+                              nccl_version=nccl_release(log))
     knobs = {**knobs_from_env(log), **run.knobs}
     out = []
     for row in log.rows:
         if row.nbytes == 0 or not row.busbw:
             continue
-        p = twin.predict(log.op, row.nbytes, dtype=row.dtype, **knobs)
+        p = predict(comm, log.op, row.nbytes, dtype=row.dtype, **knobs)
         # nccl-tests times calls issued back to back; one-way collectives overlap there.
-        back_to_back = float(twin.schedule(p.task, p.config).back_to_back_us())
+        back_to_back = float(comm.schedule(p.task, p.config).back_to_back_us())
         out.append((row.nbytes, row.busbw, p.task.busbw_gbps(back_to_back)))
     return log, out
 
@@ -122,8 +124,8 @@ def predict_file(path: Path) -> tuple[NcclTestsLog, list[tuple[int, float, float
 def predict_h200(path: Path = H200) -> dict[str, list[tuple[int, float, float]]]:
     """(size, measured busbw, predicted busbw) per NCCL_ALGO/NCCL_PROTO variant of our H200 sweep."""
     doc = json.loads(path.read_text())
-    twin = Twin(load_cluster(doc["topology"]), doc["nranks"], gpus_per_process=doc["gpus_per_process"],
-                nccl_version=tuple(int(x) for x in doc["nccl_version"].split(".")))
+    comm = Communicator.first(load_cluster(doc["topology"]), doc["nranks"], gpus_per_process=doc["gpus_per_process"],
+                              nccl_version=tuple(int(x) for x in doc["nccl_version"].split(".")))
     out = {}
     for name, run in doc["runs"].items():
         knobs = {}
@@ -133,7 +135,7 @@ def predict_h200(path: Path = H200) -> dict[str, list[tuple[int, float, float]]]
             knobs["proto"] = parse_enum(Proto, run["env"]["NCCL_PROTO"])
         points = []
         for row in run["rows"]:
-            p = twin.predict(Op.ALLREDUCE, row["nbytes"], **knobs)
+            p = predict(comm, Op.ALLREDUCE, row["nbytes"], **knobs)
             points.append((row["nbytes"], p.task.busbw_gbps(row["graph_us"]), p.busbw_gbps))
         out[name] = points
     return out

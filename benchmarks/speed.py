@@ -21,14 +21,15 @@ from tuner.space import resource_grid
 from twin.des import CollectiveRun, simulate
 from twin.fastpath import sweep
 from twin.model.schedule import ALGORITHMS_FOR_OP
-from twin.predict import Twin
+from twin.placement import Communicator
+from twin.predict import resolve
 from twin.topology import load_cluster
 
 
 def fast_path() -> None:
-    twin = Twin(load_cluster("a40-nvlink-pairs", nodes=1))
+    comm = Communicator.first(load_cluster("a40-nvlink-pairs", nodes=1))
     op, nbytes = Op.ALLGATHER, 80_000_000
-    geoms = {t: twin.geometry(t) for t in Transport}
+    geoms = {t: comm.geometry(t) for t in Transport}
     grids = {Subspace(a, p, t): resource_grid(a, p) for a in ALGORITHMS_FOR_OP[op] for p in Proto for t in Transport}
     start = time.process_time()
     results = sweep(geoms, op, nbytes, grids)
@@ -40,26 +41,26 @@ def fast_path() -> None:
 
 
 def des() -> None:
-    twin = Twin(load_cluster("dgx-a100", nodes=8))
-    task = twin.task(Op.ALLREDUCE, 1 << 30)
-    config, _, _ = twin.resolve(Op.ALLREDUCE, 1 << 30)
-    schedule = twin.schedule(task, config)
+    comm = Communicator.first(load_cluster("dgx-a100", nodes=8))
+    task = comm.task(Op.ALLREDUCE, 1 << 30)
+    config, _, _ = resolve(comm, Op.ALLREDUCE, 1 << 30)
+    schedule = comm.schedule(task, config)
     start = time.perf_counter()
     simulate([CollectiveRun(schedule)])
     print(f"DES: 1 GiB AllReduce, 64 GPUs, {config}: {time.perf_counter() - start:.3f} s wall, "
           f"{int(schedule.n_steps)} steps")
     print(f"\n{'nodes':>5} {'ranks':>5} {'chunk':>8} {'steps':>6} {'wall s':>8} {'µs per rank-step':>17}")
     for nodes in (2, 4, 8):
-        twin = Twin(load_cluster("dgx-a100", nodes=nodes))
+        comm = Communicator.first(load_cluster("dgx-a100", nodes=nodes))
         for chunk in (1 << 21, 1 << 19, 1 << 17):
             config = Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 16, 512, chunk)
-            schedule = twin.schedule(twin.task(Op.ALLREDUCE, 1 << 30), config)
+            schedule = comm.schedule(comm.task(Op.ALLREDUCE, 1 << 30), config)
             start = time.perf_counter()
             simulate([CollectiveRun(schedule)])
             wall = time.perf_counter() - start
             steps = int(schedule.n_steps)
-            print(f"{nodes:>5} {twin.nranks:>5} {chunk:>8} {steps:>6} {wall:>8.3f} "
-                  f"{wall / (steps * twin.nranks) * 1e6:>17.2f}")
+            print(f"{nodes:>5} {comm.nranks:>5} {chunk:>8} {steps:>6} {wall:>8.3f} "
+                  f"{wall / (steps * comm.nranks) * 1e6:>17.2f}")
 
 
 if __name__ == "__main__":

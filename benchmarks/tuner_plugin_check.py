@@ -34,10 +34,9 @@ from traces.trace_file import load_trace
 from tuner.export import plugin_winners, tuner_rules, write_tuner_csv
 from tuner.measurement import Measurement
 from tuner.store import Store, StoreError
+from twin.placement import PlacementError, cluster_for, shaped_tasks
 from twin.rank import rank_trace
 from twin.rank_commands import predicted_winners
-from twin.replay import ReplayError
-from twin.replay.comms import cluster_for, shaped_tasks
 from twin.topology import TopologyError
 
 NCCL_FUNC = {"broadcast": 0, "reduce": 1, "allgather": 2, "reducescatter": 3, "allreduce": 4}
@@ -177,7 +176,7 @@ def main() -> None:
             workload = load_trace(args.trace)
             cluster = cluster_for(workload, args.topology)
             winners = predicted_winners(rank_trace(workload, cluster).plan, shaped_tasks(workload, cluster))
-    except (StoreError, TraceError, TopologyError, ReplayError) as err:
+    except (StoreError, TraceError, TopologyError, PlacementError) as err:
         parser.error(str(err))
     if not winners:
         parser.error(f"{source}: no winners")

@@ -40,8 +40,8 @@ from tuner.plan import PlanEntry, RankedSubspace
 from tuner.search import make_search, run
 from tuner.search.base import fastest_share_mean
 from twin.executor import TwinExecutor
+from twin.placement import trace_tasks
 from twin.topology import Cluster, load_cluster
-from twin.tune_commands import trace_tasks
 
 WORKLOADS = {"phi2": "phi2-tp8dp4", "llama8b": "llama8b-tp8dp4", "yi34b": "yi34b-tp8pp4", "vgg19": "vgg19-dp32"}
 CLUSTERS = ("a40-nvlink-pairs", "a40-pcie", "dgx-h100", "hgx-h200")

@@ -29,7 +29,8 @@ from twin.model.schedule import (
     tree_cta_gbps,
     tree_split,
 )
-from twin.predict import Twin
+from twin.placement import Communicator
+from twin.predict import predict
 from twin.topology import load_cluster
 
 MIB = 1 << 20
@@ -103,9 +104,9 @@ def test_two_rank_ring_peak_is_below_the_n_rank_ring_peak():
     cluster = load_cluster("dgx-a100")
     busbw = {}
     for n in (2, 4, 8):
-        twin = Twin(cluster, n)
+        comm = Communicator.first(cluster, n)
         config = Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 24, 544, 1 << 21)
-        busbw[n] = twin.predict(Op.ALLREDUCE, 1 << 30, **vars_of(config)).busbw_gbps
+        busbw[n] = predict(comm, Op.ALLREDUCE, 1 << 30, **vars_of(config)).busbw_gbps
     assert busbw[2] < busbw[4] <= busbw[8]
 
 
@@ -137,15 +138,15 @@ def test_a_cta_moves_less_payload_when_each_byte_costs_more_operations():
 
 def test_one_process_per_gpu_moves_less_than_one_process_driving_all():
     cluster = load_cluster("dgx-a100")
-    per_gpu = Twin(cluster, 2).predict(Op.ALLREDUCE, 1 << 30).busbw_gbps
-    one_process = Twin(cluster, 2, gpus_per_process=2).predict(Op.ALLREDUCE, 1 << 30).busbw_gbps
+    per_gpu = predict(Communicator.first(cluster, 2), Op.ALLREDUCE, 1 << 30).busbw_gbps
+    one_process = predict(Communicator.first(cluster, 2, gpus_per_process=2), Op.ALLREDUCE, 1 << 30).busbw_gbps
     assert per_gpu < one_process
 
 
 def test_multinode_ring_is_bound_by_its_channels_before_its_nics():
-    twin = Twin(load_cluster("dgx-a100", nodes=2))
+    comm = Communicator.first(load_cluster("dgx-a100", nodes=2))
     kw = dict(algo=Algo.RING, proto=Proto.SIMPLE, nthreads=544, chunk_bytes=1 << 21)
-    busbw = {nc: twin.predict(Op.ALLREDUCE, 1 << 31, nchannels=nc, **kw).busbw_gbps for nc in (8, 16, 32, 64)}
+    busbw = {nc: predict(comm, Op.ALLREDUCE, 1 << 31, nchannels=nc, **kw).busbw_gbps for nc in (8, 16, 32, 64)}
     nic_limit = 8 * 200 / 8  # 8 × 200 Gb/s per node
     assert busbw[8] < busbw[16] < busbw[32] <= nic_limit
     assert busbw[64] == pytest.approx(busbw[32], rel=0.05)  # the NICs, not the CTAs, now
@@ -330,8 +331,8 @@ def test_multi_node_rings_gain_from_more_and_faster_nics():
     more NICs per node never slow a ring down. Each GPU's ring enters the node at the GPU beside its
     NIC and leaves through it over NVLink (PXN), not across the CPU's root complex."""
     def ring_busbw(preset, **options):
-        twin = Twin(load_cluster(preset, nodes=2, **options), 16)
-        return twin.predict(Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE).busbw_gbps
+        comm = Communicator.first(load_cluster(preset, nodes=2, **options), 16)
+        return predict(comm, Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE).busbw_gbps
 
     assert ring_busbw("dgx-h100") > 1.5 * ring_busbw("dgx-a100")
     by_nics = [ring_busbw("dgx-h100", nics_per_node=k) for k in (2, 4, 8)]
@@ -344,10 +345,10 @@ def test_an_alltoall_runs_its_peers_side_by_side():
     """Each rank's sends to its peers run on their own CTAs, a chunk to every peer per step: across
     two DGX H100s an AllToAll is bound by the NICs (tens of GB/s), not by one CTA stepping through
     one chunk at a time (it was 4.6 GB/s)."""
-    twin = Twin(load_cluster("dgx-h100", nodes=2), 16)
-    busbw = [twin.predict(Op.ALLTOALL, n).busbw_gbps for n in (1 << 20, 64 << 20, 1 << 30)]
+    comm = Communicator.first(load_cluster("dgx-h100", nodes=2), 16)
+    busbw = [predict(comm, Op.ALLTOALL, n).busbw_gbps for n in (1 << 20, 64 << 20, 1 << 30)]
     assert busbw == sorted(busbw) and 25 < busbw[-1] < 100
-    one_node = Twin(load_cluster("dgx-h100", nodes=1), 8).predict(Op.ALLTOALL, 1 << 30).busbw_gbps
+    one_node = predict(Communicator.first(load_cluster("dgx-h100", nodes=1), 8), Op.ALLTOALL, 1 << 30).busbw_gbps
     assert 250 < one_node < 450  # NVLink 4: 450 GB/s per GPU and direction
 
 

@@ -17,7 +17,8 @@ from tuner.candidates import Candidates
 from tuner.plan import load_plan, save_plan
 from tuner.space import ConfigSpace, ResourceGrid
 from twin.fastpath import sweep_subspace
-from twin.predict import Twin
+from twin.placement import Communicator
+from twin.predict import predict
 from twin.rank import comm_facts, rank_tasks, rank_trace
 from twin.replay import replay
 from twin.topology import load_cluster
@@ -46,21 +47,21 @@ def test_every_task_of_a_real_trace_gets_an_ordered_entry_no_slower_than_the_def
     trace, ranking = resnet_ranking
     plan = ranking.plan
     assert {e.task: e.calls_per_iteration for e in plan.entries} == trace.tasks()
-    twin = Twin(load_cluster("l40s-pcie").subset(nodes=1, gpus_per_node=2))
+    comm = Communicator.first(load_cluster("l40s-pcie").subset(nodes=1, gpus_per_node=2))
     for entry in plan.entries:
         times = [r.time_us for r in entry.ranked]
         assert times == sorted(times)
         assert entry.best.time_us <= entry.default.time_us
         assert len({r.subspace for r in entry.ranked}) == len(entry.ranked)
-        space = ConfigSpace(entry.task, comm_facts(twin))
+        space = ConfigSpace(entry.task, comm_facts(comm))
         assert {r.subspace for r in entry.ranked} <= set(space.subspaces)
         for r in entry.ranked:
             assert r.config == entry.default.config or space.problems(r.config) == []
         c = entry.best.config
-        again = twin.predict(entry.task.op, entry.task.nbytes, algo=c.algo, proto=c.proto, transport=c.transport,
-                             nchannels=c.nchannels, nthreads=c.nthreads, chunk_bytes=c.chunk_bytes)
+        again = predict(comm, entry.task.op, entry.task.nbytes, algo=c.algo, proto=c.proto, transport=c.transport,
+                        nchannels=c.nchannels, nthreads=c.nthreads, chunk_bytes=c.chunk_bytes)
         assert again.time_us == pytest.approx(entry.best.time_us)
-        default = twin.predict(entry.task.op, entry.task.nbytes)
+        default = predict(comm, entry.task.op, entry.task.nbytes)
         assert (default.config, default.time_us) == (entry.default.config, pytest.approx(entry.default.time_us))
     assert plan.cluster.startswith("l40s-pcie") and plan.nccl_version == "2.28.9"
 
@@ -72,14 +73,15 @@ def test_every_group_runs_on_the_gpus_of_its_ranks_as_in_the_replay(phi2_small, 
     trace, ranking = phi2_small
     assert {e.task: e.calls_per_iteration for e in ranking.plan.entries} == trace.tasks()
     cluster = load_cluster("a40-nvlink-pairs", gpus_per_node=2)
-    twins = {"dp:0": Twin(cluster.subset(nodes=2, gpus_per_node=1)), "tp:0": Twin(cluster.subset(nodes=1))}
+    comms = {"dp:0": Communicator.first(cluster.subset(nodes=2, gpus_per_node=1)),
+             "tp:0": Communicator.first(cluster.subset(nodes=1))}
     for entry in ranking.plan.entries:
-        twin = twins[entry.task.group]
-        default = twin.predict(entry.task.op, entry.task.nbytes)
+        comm = comms[entry.task.group]
+        default = predict(comm, entry.task.op, entry.task.nbytes)
         assert (default.config, default.time_us) == (entry.default.config, pytest.approx(entry.default.time_us))
         c = entry.best.config
-        again = twin.predict(entry.task.op, entry.task.nbytes, algo=c.algo, proto=c.proto, transport=c.transport,
-                             nchannels=c.nchannels, nthreads=c.nthreads, chunk_bytes=c.chunk_bytes)
+        again = predict(comm, entry.task.op, entry.task.nbytes, algo=c.algo, proto=c.proto, transport=c.transport,
+                        nchannels=c.nchannels, nthreads=c.nthreads, chunk_bytes=c.chunk_bytes)
         assert again.time_us == pytest.approx(entry.best.time_us)
     dp = next(e for e in ranking.plan.entries if e.task.group == "dp:0")
     assert all(r.subspace.transport.value == "p2p" for r in dp.ranked)  # one GPU per node: no transport choice
@@ -101,8 +103,8 @@ def test_a_trace_of_representative_ranks_places_absent_members_across_nodes():
     cluster = load_cluster("dgx-a100", nodes=2)
     ranking = rank_trace(b.trace(), cluster)
     dp = next(e for e in ranking.plan.entries if e.task.group == "dp")
-    across = Twin(cluster.subset(nodes=2, gpus_per_node=1)).predict(Op.ALLREDUCE, 64 << 20)
-    within = Twin(cluster.subset(nodes=1, gpus_per_node=2)).predict(Op.ALLREDUCE, 64 << 20)
+    across = predict(Communicator.first(cluster.subset(nodes=2, gpus_per_node=1)), Op.ALLREDUCE, 64 << 20)
+    within = predict(Communicator.first(cluster.subset(nodes=1, gpus_per_node=2)), Op.ALLREDUCE, 64 << 20)
     assert dp.default.time_us == pytest.approx(across.time_us)
     assert dp.default.time_us > 2 * within.time_us  # the network, not NVLink
     assert {e.task.nranks for e in ranking.plan.entries} == {2, 8}
@@ -123,19 +125,19 @@ def test_per_process_settings_never_predict_slower_than_nccls_defaults(phi2_smal
 def test_the_sweep_times_every_grid_point_as_the_schedule_alone_does(preset, gpus, op, nbytes):
     """The vectorised sweep (all thread counts and chunks of a channel count at once) gives each
     point the time of its own schedule, in ``tuner.candidates`` order, and its best is the least."""
-    twin = Twin(load_cluster(preset, nodes=1, gpus_per_node=gpus))
-    space = ConfigSpace(Task(op, nbytes, gpus), comm_facts(twin))
+    comm = Communicator.first(load_cluster(preset, nodes=1, gpus_per_node=gpus))
+    space = ConfigSpace(Task(op, nbytes, gpus), comm_facts(comm))
     rng = np.random.default_rng(7)
     for s in space.subspaces:
         full = space.grid(s)
         grid = ResourceGrid(full.nchannels[:6], full.nthreads, full.chunks)
-        sweep = sweep_subspace({s.transport: twin.geometry(s.transport)}, op, nbytes, s, grid)
+        sweep = sweep_subspace({s.transport: comm.geometry(s.transport)}, op, nbytes, s, grid)
         candidates = Candidates(s, grid)
         assert sweep.flat.shape == (candidates.size,) and np.isfinite(sweep.flat).all()
         for i in rng.choice(candidates.size, 25, replace=False):
             config = candidates.config(int(i))
             assert sweep.config(int(i)) == config
-            assert sweep.flat[i] == pytest.approx(float(twin.schedule(twin.task(op, nbytes), config).time_us()),
+            assert sweep.flat[i] == pytest.approx(float(comm.schedule(comm.task(op, nbytes), config).time_us()),
                                                   rel=1e-12)
         config, time_us = sweep.best()
         assert time_us == sweep.flat.min() and sweep.flat[candidates.index(config)] == time_us
@@ -176,7 +178,7 @@ def test_rank_command_sizes_the_cluster_to_the_trace_or_says_it_is_too_small(phi
     args = ["rank", "--trace", str(trace), "--topology", "dgx-h100", "--gpus-per-node", "2"]
     sized = runner.invoke(app, [*args, "-o", str(tmp_path / "plan.json")])
     assert sized.exit_code == 0, sized.output
-    assert load_plan(tmp_path / "plan.json").cluster == "dgx-h100 (2 node(s) x 2 H100-SXM5-80GB)"
+    assert load_plan(tmp_path / "plan.json").cluster == "dgx-h100:2x2"
     small = runner.invoke(app, [*args, "--nodes", "1", "-o", str(tmp_path / "small.json")])
     assert small.exit_code == 2
     assert "needs 4 GPUs" in small.output and "use at least 2 nodes" in small.output

@@ -10,11 +10,11 @@ from tuner.config import Algo, Config, Proto, Transport
 from tuner.plan import Plan, PlanEntry, RankedSubspace
 from tuner.process_knobs import ProcessSettings
 from twin.hardware import gpu_spec
-from twin.predict import Twin
-from twin.replay import Communicators, ReplayError, plan_configs, replay
-from twin.replay.comms import cluster_for
+from twin.placement import Communicator, Placement, PlacementError, cluster_for
+from twin.predict import predict
+from twin.replay import ReplayError, plan_configs, replay
 from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, roofline_us
-from twin.topology import load_cluster
+from twin.topology import Cluster, load_cluster
 
 
 class TraceBuilder:
@@ -87,8 +87,8 @@ def a100x2():
     return load_cluster("dgx-a100", nodes=2)
 
 
-def alone_us(cluster, nranks: int, op: Op, nbytes: int) -> float:
-    return Twin(cluster, nranks).predict(op, nbytes).time_us
+def alone_us(cluster: Cluster, nranks: int, op: Op, nbytes: int) -> float:
+    return predict(Communicator.first(cluster, nranks), op, nbytes).time_us
 
 
 def test_streams_run_in_order_and_calls_wait_for_the_last_member(h100):
@@ -228,7 +228,7 @@ def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace():
 
 
 def test_a_cluster_too_small_for_the_trace_is_refused(h100):
-    with pytest.raises(ReplayError, match=r"needs 16 GPUs; dgx-h100 has 8 .* at least 2 nodes"):
+    with pytest.raises(PlacementError, match=r"needs 16 GPUs; dgx-h100 has 8 .* at least 2 nodes"):
         replay(dp_tp_trace(nodes=2, layers=1), h100)
 
 
@@ -245,13 +245,13 @@ def test_each_task_runs_on_the_communicator_of_its_ranks_sized_to_the_trace():
     cluster = cluster_for(trace, "dgx-a100")
     assert (cluster.nodes, cluster.gpus_per_node) == (2, 8)
     assert cluster_for(trace, "dgx-a100", nodes=3).nodes == 3
-    comms = Communicators(trace, cluster)
-    placed = comms.task_comms()
+    placement = Placement(trace, cluster)
+    placed = placement.task_communicators()
     assert set(placed) == set(trace.tasks())
     shape = {t.op if t.group != "dp0" else "dp": (c.geometry().nranks, c.geometry().nnodes) for t, c in placed.items()}
     assert shape == {Op.ALLREDUCE: (8, 1), "dp": (2, 2), Op.SENDRECV: (2, 2)}
     sendrecv = next(c for t, c in placed.items() if t.op is Op.SENDRECV)
-    assert sendrecv.members == (0, 8) and sendrecv.nccl is comms.info(comms.comm_gpus("pp"))
+    assert sendrecv.gpus == placement.member_gpus((0, 8)) and sendrecv.nccl is placement.communicator("pp").nccl
 
 
 def test_a_sendrecv_without_its_partner_call_is_reported(h100):
@@ -323,7 +323,7 @@ def test_a_copy_bound_call_slows_while_compute_shares_its_gpu(h100):
     task = Task(Op.ALLREDUCE, 64 << 20, 2, "float32", "g")
     alone = replay(quiet.trace(), h100, {task: one_channel}).tasks[0]
     shared = replay(busy.trace(), h100, {task: one_channel}).tasks[0]
-    schedule = Communicators(quiet.trace(), h100).schedule((0, 1), task, one_channel)
+    schedule = Placement(quiet.trace(), h100).schedule((0, 1), task, one_channel)
     fixed = schedule.launch_us + schedule.n_steps * schedule.sync_us  # launch and slice hand-overs copy nothing
     assert (shared.time_us - fixed) == pytest.approx((alone.time_us - fixed) / COPY_RATE_UNDER_COMPUTE, rel=0.02)
 

@@ -1,4 +1,4 @@
-"""``ccltwin simulate`` and ``Twin.predict``: the CLI contract, NCCL's default, real measurements."""
+"""``ccltwin simulate`` and ``twin.predict.predict``: the CLI contract, NCCL's default, real measurements."""
 
 import json
 import statistics
@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from ccltwin import app
 from traces.task import Op
 from tuner.config import Algo, Proto
-from twin.predict import Twin
+from twin.placement import Communicator
+from twin.predict import predict
 from twin.topology import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,9 +67,9 @@ def test_nccls_default_depends_on_the_element_type():
 
 
 def test_fewer_channels_are_slower_on_a_big_message():
-    twin = Twin(load_cluster("dgx-h100"))
-    one = twin.predict(Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE, nchannels=1)
-    many = twin.predict(Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE, nchannels=16)
+    comm = Communicator.first(load_cluster("dgx-h100"))
+    one = predict(comm, Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE, nchannels=1)
+    many = predict(comm, Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE, nchannels=16)
     assert one.time_us > 5 * many.time_us
 
 

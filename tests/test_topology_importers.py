@@ -6,6 +6,7 @@ import networkx as nx
 import pytest
 
 from twin.topology import (
+    Cluster,
     TopologyError,
     dump_spec,
     import_nccl_topo_xml,
@@ -21,11 +22,11 @@ SMI = DATA / "nvidia-smi"
 XML = DATA / "nccl-xml"
 
 
-def affinity(cluster):
+def affinity(cluster: Cluster):
     return [cluster.nic_of(g).split("/")[1] for g in cluster.gpus()]
 
 
-def switch_members(cluster):
+def switch_members(cluster: Cluster):
     """Per PCIe switch, the local GPU and NIC names directly below it."""
     graph = cluster.graph
     return sorted(sorted(m.split("/")[1] for m in graph[s] if graph.nodes[m]["kind"] in ("gpu", "nic"))

@@ -16,8 +16,8 @@ from ccltwin import app
 from traces import examples
 from traces.generate import (
     Layout,
-    Plan,
-    Schedule,
+    Parallelism,
+    PipelineSchedule,
     Transformer,
     WorkloadError,
     generate,
@@ -99,7 +99,7 @@ def _tiny(**plan) -> Workload:
     model = Transformer(
         "tiny", layers=4, hidden=64, ffn=256, heads=4, kv_heads=2, vocab=1000, seq_len=32, tied_embeddings=True
     )
-    return Workload("tiny", model, Plan(**plan))
+    return Workload("tiny", model, Parallelism(**plan))
 
 
 PLANS = [
@@ -127,19 +127,19 @@ def test_representative_ranks_issue_what_the_full_job_issues(plan):
     work = _tiny(**plan)
     full = {r.rank: r for r in generate(work, ranks="all").ranks}
     picked = generate(work)
-    assert [r.rank for r in picked.ranks] == Layout(work.plan).representatives()
+    assert [r.rank for r in picked.ranks] == Layout(work.parallelism).representatives()
     for rank in picked.ranks:
         assert rank == full[rank.rank]
     for group in picked.groups:
-        assert len(group.ranks) == {"tp": work.plan.tp, "pp": work.plan.pp, "cp": work.plan.cp,
-                                    "dp": work.plan.dp, "dp-cp": work.plan.dp * work.plan.cp,
+        assert len(group.ranks) == {"tp": work.parallelism.tp, "pp": work.parallelism.pp, "cp": work.parallelism.cp,
+                                    "dp": work.parallelism.dp, "dp-cp": work.parallelism.dp * work.parallelism.cp,
                                     "embedding": 2}[group.name]
 
 
 def test_training_flops_are_six_params_tokens_plus_attention():
     for name in ("autoccl-phi2", "autoccl-llama8b", "autoccl-yi34b", "llama3-405b-16k"):
         work = workload(name)
-        model, plan = work.model, work.plan
+        model, plan = work.model, work.parallelism
         tokens = plan.dp * plan.micro_batches * plan.micro_batch_size * model.seq_len
         six_pt = 6 * model.params() * tokens
         attention = 12 * model.layers * model.seq_len * model.hidden * tokens
@@ -151,7 +151,7 @@ def test_phi2_rank_flops_times_ranks_is_the_job():
     work = workload("autoccl-phi2")
     trace = generate(work)
     flops = sum(e.flops for e in trace.ranks[0].events if isinstance(e, ComputeEvent) and e.name != "optimizer")
-    assert flops * work.plan.world_size == pytest.approx(job_flops(work), rel=1e-9)
+    assert flops * work.parallelism.world_size == pytest.approx(job_flops(work), rel=1e-9)
 
 
 @given(
@@ -160,7 +160,7 @@ def test_phi2_rank_flops_times_ranks_is_the_job():
 )
 @settings(max_examples=60, deadline=None)
 def test_layout_is_megatron_order(tp, cp, dp, pp, data):
-    plan = Plan(tp=tp, cp=cp, dp=dp, pp=pp)
+    plan = Parallelism(tp=tp, cp=cp, dp=dp, pp=pp)
     layout = Layout(plan)
     rank = data.draw(st.integers(0, plan.world_size - 1))
     at = layout.coordinates(rank)
@@ -180,11 +180,11 @@ def test_layout_is_megatron_order(tp, cp, dp, pp, data):
 @given(stages=st.integers(1, 8), micro_batches=st.integers(1, 12), data=st.data())
 def test_pipeline_schedules_run_each_micro_batch_forward_then_backward(stages, micro_batches, data):
     stage = data.draw(st.integers(0, stages - 1))
-    for schedule in Schedule:
+    for schedule in PipelineSchedule:
         order = pipeline_order(schedule, stages, stage, micro_batches)
         assert sorted(order) == sorted([(kind, j) for kind in "FB" for j in range(micro_batches)])
         assert all(order.index(("F", j)) < order.index(("B", j)) for j in range(micro_batches))
-        if schedule is Schedule.ONE_F_ONE_B:  # at most stages - stage micro-batches in flight
+        if schedule is PipelineSchedule.ONE_F_ONE_B:  # at most stages - stage micro-batches in flight
             in_flight = peak = 0
             for kind, _ in order:
                 in_flight += 1 if kind == "F" else -1
@@ -265,7 +265,7 @@ def test_plan_loader_accepts_exactly_the_plans_that_fit(tmp_path_factory, tp, dp
     path = _write(tmp_path_factory.mktemp("p"), {"tp": tp, "dp": dp, "pp": pp, "world_size": world})
     fits = world in (None, tp * dp * pp) and 32 % tp == 0 and 10240 % tp == 0 and 32 % pp == 0
     if fits:
-        assert load_workload(path).plan.world_size == tp * dp * pp
+        assert load_workload(path).parallelism.world_size == tp * dp * pp
         return
     with pytest.raises(WorkloadError) as caught:
         load_workload(path)
@@ -311,7 +311,7 @@ def test_unreadable_workload_files_say_why(tmp_path):
 
 def test_every_preset_loads_and_generates():
     for name in list_presets():
-        assert workload(name).plan.world_size >= 32
+        assert workload(name).parallelism.world_size >= 32
         work = workload(name, overrides={"micro_batches": 1})  # the structure, not the full iteration
         trace = generate(work)
         assert trace.tasks() and trace.metadata["workload"] == name
@@ -385,8 +385,8 @@ def test_docstring_examples_run():
     import doctest
 
     import traces.generate as package
-    from traces.generate import buckets, model, plan, transformer
+    from traces.generate import buckets, model, parallelism, transformer
 
-    for module in (package, buckets, model, plan, transformer):
+    for module in (package, buckets, model, parallelism, transformer):
         failed, tried = doctest.testmod(module)
         assert tried and not failed, module.__name__

@@ -12,10 +12,9 @@ from traces.task import Op, Task
 from traces.trace_file import load_trace
 from tuner.plan import load_plan, save_plan
 from tuner.store import Store
+from twin.placement import Placement, trace_tasks
 from twin.rank import rank_tasks
-from twin.replay.comms import Communicators
 from twin.topology import load_cluster
-from twin.tune_commands import trace_tasks
 
 ONE_TASK = ["tune", "--executor", "twin", "--topology", "a40-pcie", "--nodes", "1", "--gpus-per-node", "4",
             "--op", "allreduce", "--nbytes", "8MiB", "--nranks", "4"]
@@ -103,7 +102,7 @@ def test_trace_tasks_take_their_shapes_from_the_placement_whatif_and_rank_use():
     cluster = load_cluster("dgx-h100", nodes=8, gpus_per_node=4)
     shapes = {(shaped.op, shaped.nranks): shaped.group for _, shaped, _ in trace_tasks(trace, cluster)}
     assert shapes[(Op.ALLGATHER, 8)] == "4x2" and shapes[(Op.ALLREDUCE, 4)] == "1x4"
-    placed = Communicators(trace, cluster).task_comms()
+    placed = Placement(trace, cluster).task_communicators()
     named = {named for named, _, _ in trace_tasks(trace, cluster)}
     assert named <= set(placed)
 
@@ -114,7 +113,7 @@ def test_tune_says_when_a_plan_is_from_another_cluster_or_lacks_the_task(tmp_pat
                   "-o", str(h100)).exit_code == 0
     other = invoke(*ONE_TASK, "--search", "ours", "--max-trials", "5", "--warm-start", str(h100))
     assert other.exit_code == 0, other.output
-    assert "was ranked on dgx-h100 (4 node(s) x 8 H100-SXM5-80GB), not on a40-pcie (1 node(s) x 4" in other.output
+    assert "was ranked on dgx-h100:8x4, not on a40-pcie:4x1" in other.output
     assert "cold start (the plan has no entry for it)" in other.output
     assert "(stopped by --max-trials)" in other.output
 

@@ -13,7 +13,7 @@ from tuner.knobs import ALL_TIERS, Knob, Tier, changeable_knobs, knob_tiers
 from tuner.rules import CommFacts, subspace_problem
 from tuner.space import ConfigError, ConfigSpace, channel_cap
 from twin.model.schedule import Unsupported, check_supported
-from twin.predict import Twin
+from twin.placement import Communicator
 from twin.rank import comm_facts
 from twin.topology import load_cluster
 
@@ -61,8 +61,8 @@ def test_llm128_disabled_platform_refuses_it_unless_communicators_can_be_made():
                                                ("a40-nvlink-pairs", 1, 8), ("dgx-a100", 2, 4)])
 def test_space_subspaces_are_exactly_what_the_twin_can_run(preset, nodes, gpus):
     """For every op, the space's (algo, proto) choices match the twin's own support check."""
-    twin = Twin(load_cluster(preset, nodes=nodes, gpus_per_node=gpus))
-    facts = comm_facts(twin)
+    comm = Communicator.first(load_cluster(preset, nodes=nodes, gpus_per_node=gpus))
+    facts = comm_facts(comm)
     for op in Op:
         if op is Op.SENDRECV and facts.nranks < 2:
             continue
@@ -75,7 +75,7 @@ def test_space_subspaces_are_exactly_what_the_twin_can_run(preset, nodes, gpus):
         for algo in Algo:
             for proto in Proto:
                 try:
-                    check_supported(twin.geometry(), op, algo, proto)
+                    check_supported(comm.geometry(), op, algo, proto)
                     twins.add((algo, proto))
                 except Unsupported:
                     pass

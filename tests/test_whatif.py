@@ -13,8 +13,9 @@ from traces.task import Op
 from traces.trace_file import load_trace, save_trace
 from tuner.config import Transport
 from tuner.space import CHANNEL_FIELD_MAX
+from twin.placement import Placement
 from twin.rank import call_cost, rank_task
-from twin.replay import Communicators, replay
+from twin.replay import replay
 from twin.topology import load_cluster
 from twin.whatif import PRICE_PER_GPU_HOUR, tuned_config, tuned_configs
 from twin.whatif_commands import _default_trace
@@ -55,7 +56,7 @@ def test_json_report_has_the_contract_fields(report):
     assert report["predicted"] is True
     assert report["trace"] | {"name": "dp8"} == report["trace"]
     assert report["trace"]["world_size"] == 8 and report["trace"]["tokens_per_iteration"] == 32768
-    assert [c["label"] for c in report["clusters"]] == ["dgx-a100 x1", "l40s-pcie x1"]
+    assert [c["cluster"] for c in report["clusters"]] == ["dgx-a100:8x1", "l40s-pcie:8x1"]
     for cluster in report["clusters"]:
         assert cluster["gpus"] == 8
         for run in ("default", "tuned"):
@@ -80,8 +81,8 @@ def test_json_report_has_the_contract_fields(report):
 def test_the_faster_cluster_is_predicted_faster(report):
     a100, l40s = report["clusters"]
     assert a100["default"]["iteration_us"] < l40s["default"]["iteration_us"]
-    big = {c["label"]: next(t for t in c["tasks"] if t["nbytes"] == 128 << 20) for c in report["clusters"]}
-    assert big["dgx-a100 x1"]["default"]["busbw_gbps"] > 5 * big["l40s-pcie x1"]["default"]["busbw_gbps"]
+    big = {c["cluster"]: next(t for t in c["tasks"] if t["nbytes"] == 128 << 20) for c in report["clusters"]}
+    assert big["dgx-a100:8x1"]["default"]["busbw_gbps"] > 5 * big["l40s-pcie:8x1"]["default"]["busbw_gbps"]
     # PCIe all-reduces hide less behind compute: a larger share of the L40S's iteration is exposed.
     assert l40s["default"]["exposed_share"] > a100["default"]["exposed_share"]
 
@@ -97,19 +98,19 @@ def test_tuned_configurations_never_cost_more_than_nccls_default(report):
 def test_the_tuned_search_is_the_warm_start_ranking_weighed_by_what_compute_hides():
     trace = data_parallel_trace().trace()
     cluster = load_cluster("dgx-a100")
-    comms = Communicators(trace, cluster)
-    default = replay(trace, cluster, comms=comms)
+    placement = Placement(trace, cluster)
+    default = replay(trace, cluster, placement=placement)
     big = next(t for t in default.tasks if t.task.nbytes == 128 << 20)
-    comm = comms.task_comms()[big.task]
+    comm = placement.task_communicators()[big.task]
     ranked = rank_task(comm, big.task, transports=(Transport.P2P,), max_channels=CHANNEL_FIELD_MAX)
     exposed = tuned_config(comm, big.task)  # nothing hidden: the plan's fastest, unless it is NCCL's default
     assert exposed == (None if ranked.best.config == ranked.default.config else ranked.best.config)
     hidden = tuned_config(comm, big.task, hidden_us=1e9)  # all hidden: its SMs are what a call costs
     sms = cluster.gpu.sm_count
     assert hidden.nchannels < exposed.nchannels
-    assert (call_cost(comms.schedule(comm.members, big.task, hidden).time_us(), hidden.nchannels, 1e9, sms)
+    assert (call_cost(comm.schedule(big.task, hidden).time_us(), hidden.nchannels, 1e9, sms)
             < call_cost(ranked.default.time_us, ranked.default.config.nchannels, 1e9, sms))
-    configs = tuned_configs(comms, default)
+    configs = tuned_configs(placement, default)
     assert all(configs[t.task] != t.config for t in default.tasks if t.task in configs)
 
 
@@ -131,11 +132,11 @@ def test_text_table_and_markdown_report(trace_file, tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0].startswith("# ccltwin whatif: dp8 (test): 8 ranks, 8 in the trace")
     assert "predicted, not measured" in lines[0]
-    row = next(line for line in lines if line.startswith("l40s-pcie x1"))
+    row = next(line for line in lines if line.startswith("l40s-pcie:8x1"))
     assert "8 x L40S" in row and " 2 " in row
     markdown = out.read_text()
     assert markdown.startswith("# What-if report: dp8")
-    assert "| cluster | GPUs |" in markdown and "## l40s-pcie x1" in markdown
+    assert "| cluster | GPUs |" in markdown and "## l40s-pcie:8x1" in markdown
 
 
 def test_no_tuned_leaves_the_tuned_fields_empty(trace_file):

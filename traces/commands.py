@@ -210,9 +210,8 @@ def generate(
     """Generate a training trace from a model and a parallelism plan; write nothing on error."""
     with errors_exit():
         check_writable(output, "trace")
-        work = workload(
-            preset, model=model, plan=None if plan is None else str(plan), overrides=_plan_overrides(settings or [])
-        )
+        work = workload(preset, model=model, parallelism=None if plan is None else str(plan),
+                        overrides=_plan_overrides(settings or []))
         trace = generate_trace(work, iterations, "all" if all_ranks else "representative")
         save_trace(trace, output)
     typer.echo(f"wrote {output}: {work.name}, world size {trace.world_size}, {_described(trace)}")

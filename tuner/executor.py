@@ -23,7 +23,8 @@ class Executor(Protocol):
     tiers: frozenset[Tier]
     """The knob tiers this executor can change between two measurements."""
     hardware: str
-    """The cluster its times belong to (a measurement record's ``hardware``)."""
+    """The identity of the cluster its times belong to (``tuner.identity``; a measurement
+    record's ``hardware``)."""
 
     def facts(self, task: Task) -> CommFacts:
         """The facts of the communicator ``task`` runs on."""

@@ -1,9 +1,9 @@
 """One timed collective: what ran, how long it took, and under which circumstances.
 
 A measurement from the live tuner reads "AllReduce of 64 MiB on the 8-GPU TP group ran with
-ring/simple/p2p, 16 channels, 512 threads, 2 MiB chunks in 812.4 µs on cluster ``h100-a``
-with NCCL 2.28.9, while compute kernels occupied 30% of the SMs". The twin writes the same
-record for a prediction (``source="twin"``), and a nccl-tests log gives one per row
+ring/simple/p2p, 16 channels, 512 threads, 2 MiB chunks in 812.4 µs on cluster ``h100-a:8x4``
+(its identity: ``tuner.identity``) with NCCL 2.28.9, while compute kernels occupied 30% of the
+SMs". The twin writes the same record for a prediction (``source="twin"``), and a nccl-tests log gives one per row
 (``source="nccl-tests"``): there NCCL chose the configuration and did not say what it was, so
 ``config`` is ``None`` and ``env`` keeps the ``NCCL_*`` variables (``NCCL_ALGO``,
 ``NCCL_PROTO``...) that constrained its choice.
@@ -21,6 +21,7 @@ from traces.nccl_tests import read_nccl_tests
 from traces.task import Task
 from tuner.codec import FieldError, config_from_dict, config_to_dict, get_field, task_from_dict, task_to_dict
 from tuner.config import Config
+from tuner.identity import normalise_identity
 
 __all__ = ["SOURCES", "Measurement", "read_nccl_tests_measurements"]
 
@@ -40,7 +41,8 @@ class Measurement:
     source: str
     """One of ``SOURCES``."""
     hardware: str
-    """The cluster or topology the time belongs to (a preset name, a host group, a hardware id)."""
+    """The cluster the time belongs to: its identity (``dgx-h100:8x2``, ``tuner.identity``) when
+    ccltwin knows the cluster, else a hardware id as given (an nccl-tests log's)."""
     nccl_version: str = ""
     """``"2.28.9"``; empty when unknown."""
     interference: float = 0.0
@@ -86,7 +88,8 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, obj: Any, where: str = "measurement") -> Measurement:
-        """Read ``to_dict``'s object; raises ``FieldError`` naming the bad field."""
+        """Read ``to_dict``'s object; raises ``FieldError`` naming the bad field. A cluster named as
+        older versions named it is read as its identity (``normalise_identity``)."""
         config = get_field(obj, "config", "object", where, None, nullable=True)
         env = get_field(obj, "env", "object", where, {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -97,7 +100,7 @@ class Measurement:
                 config=None if config is None else config_from_dict(config, f"{where}.config"),
                 time_us=get_field(obj, "time_us", "number", where),
                 source=get_field(obj, "source", "str", where),
-                hardware=get_field(obj, "hardware", "str", where),
+                hardware=normalise_identity(get_field(obj, "hardware", "str", where)),
                 nccl_version=get_field(obj, "nccl_version", "str", where, ""),
                 interference=get_field(obj, "interference", "number", where, 0.0),
                 env=dict(env),

@@ -20,6 +20,7 @@ from traces.task import GROUP_SHAPE, Task
 from traces.trace_file import write_atomic
 from tuner.codec import FieldError, config_from_dict, config_to_dict, get_field, task_from_dict, task_to_dict
 from tuner.config import Config, Subspace
+from tuner.identity import normalise_identity
 from tuner.process_knobs import ProcessSettings
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Plan", "PlanEntry", "PlanError", "RankedSubspace", "load_plan",
@@ -125,7 +126,7 @@ class Plan:
     """Warm-start plan for one workload on one cluster."""
 
     cluster: str
-    """The cluster or topology the predictions are for (``dgx-h100 2x8``)."""
+    """The identity of the cluster the predictions are for (``dgx-h100:8x2``, ``tuner.identity``)."""
     nccl_version: str
     """The NCCL release whose behaviour was modelled (``"2.28.9"``)."""
     created_by: str
@@ -175,7 +176,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, doc: Any) -> Plan:
-        """Read ``to_dict``'s document; raises ``FieldError`` naming the bad field."""
+        """Read ``to_dict``'s document; raises ``FieldError`` naming the bad field. A cluster named
+        as older versions named it is read as its identity (``normalise_identity``)."""
         if get_field(doc, "format", "str", "plan", None) != PLAN_FORMAT:
             raise FieldError(f'not a ccltwin plan (expected "format": "{PLAN_FORMAT}")')
         version = get_field(doc, "version", "int", "plan")
@@ -184,7 +186,7 @@ class Plan:
         entries = tuple(PlanEntry.from_dict(item, f"entries[{i}]")
                         for i, item in enumerate(get_field(doc, "entries", "list", "plan")))
         try:
-            return cls(cluster=get_field(doc, "cluster", "str", "plan"),
+            return cls(cluster=normalise_identity(get_field(doc, "cluster", "str", "plan")),
                        nccl_version=get_field(doc, "nccl_version", "str", "plan"),
                        created_by=get_field(doc, "created_by", "str", "plan", ""),
                        process=ProcessSettings.from_dict(get_field(doc, "process", "object", "plan", {})),

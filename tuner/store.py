@@ -20,7 +20,10 @@ How that is guaranteed:
 
 ``best`` only considers measured times (``live``, ``nccl-tests``) with a known config; twin
 predictions are kept in history for calibration but never become winners. The schema has a
-version row; a store written by a newer ccltwin is refused rather than misread.
+version row; a store written by a newer ccltwin is refused rather than misread. ``hardware`` holds
+the cluster's identity (``tuner.identity``); rows a previous version wrote under another name for
+the cluster (``twin:dgx-h100``) are read, filtered and listed as ``normalise_identity`` names
+them, and the file is left as it was.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
+from tuner.identity import normalise_identity
 from tuner.measurement import Measurement
 
 __all__ = ["SCHEMA_VERSION", "Store", "StoreError"]
@@ -121,6 +125,7 @@ class Store:
                 raise StoreError(f"{self.path}: this file system does not support SQLite's WAL mode (got {mode})")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.create_function("identity", 1, normalise_identity, deterministic=True)
             self._check_schema()
         except sqlite3.DatabaseError as err:
             self._db.close()
@@ -184,7 +189,7 @@ class Store:
 
     def hardware_ids(self) -> list[str]:
         """Every hardware id in history, sorted."""
-        return [row[0] for row in self._db.execute("SELECT DISTINCT hardware FROM history ORDER BY hardware")]
+        return [row[0] for row in self._db.execute("SELECT DISTINCT identity(hardware) AS id FROM history ORDER BY id")]
 
     def history(self, task: Task | None = None, *, hardware: str | None = None) -> list[Measurement]:
         """Measurements in the order they were recorded, of one task and/or one hardware id."""
@@ -207,7 +212,7 @@ class Store:
         columns = ", ".join(f"h.{c.strip()}" for c in _COLUMNS.split(","))
         rows = self._db.execute(
             f"SELECT {columns} FROM best b JOIN history h ON h.id = b.history_id {where} "
-            "ORDER BY b.hardware, b.op, b.nbytes, b.nranks, b.dtype, b.task_group, b.comm", args)
+            "ORDER BY identity(b.hardware), b.op, b.nbytes, b.nranks, b.dtype, b.task_group, b.comm", args)
         return [_measurement(row) for row in rows]
 
     def integrity_check(self) -> str:
@@ -235,7 +240,7 @@ class _Transaction:
 def _filters(task: Task | None, hardware: str | None, prefix: str) -> tuple[str, list]:
     clauses, args = [], []
     if hardware is not None:
-        clauses.append(f"{prefix}hardware = ?")
+        clauses.append(f"identity({prefix}hardware) = ?")
         args.append(hardware)
     if task is not None:
         clauses.append(f"{prefix}op = ? AND {prefix}nbytes = ? AND {prefix}nranks = ? AND {prefix}dtype = ? "
@@ -258,5 +263,6 @@ def _measurement(row: tuple) -> Measurement:
     config = None if algo is None else Config(Algo(algo), Proto(proto), Transport(transport), nchannels, nthreads,
                                               chunk_bytes)
     return Measurement(task=Task(Op(op), nbytes, nranks, dtype, group), config=config, time_us=time_us,
-                       source=source, hardware=hardware, nccl_version=nccl_version, interference=interference,
-                       env=json.loads(env), comm=comm, occurrence=occurrence, timestamp=measured_at)
+                       source=source, hardware=normalise_identity(hardware), nccl_version=nccl_version,
+                       interference=interference, env=json.loads(env), comm=comm, occurrence=occurrence,
+                       timestamp=measured_at)

@@ -12,7 +12,8 @@ from traces.units import parse_size, parse_size_range
 from tuner.config import Algo, Config, Proto, Transport, parse_enum
 from tuner.space import GRAIN_BYTES, THREAD_VALUES, max_threads, maxchannels
 from twin.model.schedule import Unsupported
-from twin.predict import Prediction, Twin
+from twin.placement import Communicator
+from twin.predict import Prediction, predict
 from twin.topology import TopologyError, load_cluster
 
 HEADER = (f"{'size':>12} {'count':>12} {'type':>8} {'time':>10} {'algbw':>8} {'busbw':>8}  "
@@ -82,7 +83,7 @@ def simulate(
         if cluster.gpus_per_node % gpus_per_process:
             raise ValueError(f"--gpus-per-process {gpus_per_process}: one process drives whole shares of a node's "
                              f"{cluster.gpus_per_node} GPUs")
-        twin = Twin(cluster, nranks, gpus_per_process=gpus_per_process)
+        comm = Communicator.first(cluster, nranks, gpus_per_process=gpus_per_process)
         knobs = {
             "algo": parse_enum(Algo, algo) if algo else None,
             "proto": parse_enum(Proto, proto) if proto else None,
@@ -91,15 +92,15 @@ def simulate(
             "chunk_bytes": parse_size(chunk) if chunk else None,
         }
         the_op = parse_op(op)
-        predictions = [twin.predict(the_op, n, dtype=dtype, engine=engine, **knobs) for n in parse_size_range(sizes)]
+        predictions = [predict(comm, the_op, n, dtype=dtype, engine=engine, **knobs) for n in parse_size_range(sizes)]
         for p in predictions:
-            check_forced_resources(p.config, knobs, twin.nccl.nccl_version)
+            check_forced_resources(p.config, knobs, comm.nccl.nccl_version)
     except (TopologyError, Unsupported, ValueError) as exc:
         fail(str(exc))
     if as_json:
         typer.echo(json.dumps([p.as_dict() for p in predictions], indent=1))
         return
-    typer.echo(f"# ccltwin simulate: {the_op} on {cluster.name}, {twin.nranks} ranks "
+    typer.echo(f"# ccltwin simulate: {the_op} on {cluster.name}, {comm.nranks} ranks "
                f"({cluster.nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.model}); predicted, not measured")
     typer.echo("#" + HEADER[1:])
     typer.echo("#" + UNITS[1:])

@@ -27,8 +27,9 @@ from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace
 from twin.fastpath import sweep_subspace
 from twin.model.schedule import Unsupported
-from twin.predict import Twin
-from twin.rank import comm_facts, placement
+from twin.placement import Communicator, PlacementError, TaskPlacement
+from twin.rank import comm_facts
+from twin.topology import Cluster
 
 SPIKE_RANGE = (0.05, 0.25)
 """A straggler measurement is this much slower (uniformly drawn)."""
@@ -39,7 +40,7 @@ class TwinExecutor:
 
     tiers = ALL_TIERS
 
-    def __init__(self, cluster, *, noise: float = 0.02, spike_prob: float = 0.05, seed: int = 0,
+    def __init__(self, cluster: Cluster, *, noise: float = 0.02, spike_prob: float = 0.05, seed: int = 0,
                  nccl_version: tuple[int, int, int] = (2, 28, 9),
                  transports: tuple[Transport, ...] = (Transport.P2P, Transport.SHM)):
         if not 0 <= noise < 0.5:
@@ -52,28 +53,25 @@ class TwinExecutor:
         self.seed = seed
         self.nccl_version = nccl_version
         self.transports = transports
-        self.hardware = f"twin:{cluster.name}"
-        self._twins: dict[tuple[int, int], Twin] = {}
+        self.hardware = cluster.identity
+        self.placement = TaskPlacement(cluster, nccl_version=nccl_version)
         self._times: dict[tuple[Task, Config], float] = {}
         self._tables: dict[tuple[Task, Subspace], tuple[ConfigSpace, np.ndarray]] = {}
         self._counts: dict[tuple[Task, Config], int] = {}
 
-    def twin(self, task: Task) -> Twin:
-        """The twin of the communicator ``task`` runs on (placed by its ``GxN`` group shape)."""
-        (gpus, nodes), _ = placement(task, self.cluster.gpus_per_node)
-        if nodes > self.cluster.nodes or gpus > self.cluster.gpus_per_node:
-            raise ConfigError(f"{task.op} on {task.nranks} ranks needs {nodes} node(s) of {gpus} GPUs; "
-                              f"{self.cluster.name} has {self.cluster.nodes} of {self.cluster.gpus_per_node}")
-        if (gpus, nodes) not in self._twins:
-            sub = self.cluster.subset(nodes=nodes, gpus_per_node=gpus)
-            self._twins[(gpus, nodes)] = Twin(sub, nccl_version=self.nccl_version)
-        return self._twins[(gpus, nodes)]
+    def communicator(self, task: Task) -> Communicator:
+        """The communicator ``task`` runs on (placed by its ``GxN`` group shape); ``ConfigError``
+        when it does not fit on the cluster."""
+        try:
+            return self.placement.place(task)[0]
+        except PlacementError as err:
+            raise ConfigError(str(err)) from None
 
     def facts(self, task: Task) -> CommFacts:
-        return replace(comm_facts(self.twin(task)), transports=self.transports)
+        return replace(comm_facts(self.communicator(task)), transports=self.transports)
 
     def default_config(self, task: Task) -> Config:
-        return self.twin(task).resolve(task.op, task.nbytes, dtype=task.dtype)[0]
+        return self.communicator(task).default_config(task)
 
     def true_time(self, task: Task, config: Config) -> float:
         """The twin's noise-free time of ``task`` with ``config``, µs."""
@@ -84,9 +82,8 @@ class TwinExecutor:
                 return float(table[1][i])
         key = (task, config)
         if key not in self._times:
-            twin = self.twin(task)
             try:
-                self._times[key] = float(twin.schedule(task, config).time_us())
+                self._times[key] = float(self.communicator(task).schedule(task, config).time_us())
             except Unsupported as err:
                 raise ConfigError(f"{config}: {err}") from None
         return self._times[key]
@@ -118,14 +115,14 @@ class TwinExecutor:
     def load_sweep(self, task: Task, space: ConfigSpace) -> tuple[Config, float]:
         """Time every config of ``space`` with the fast path (later look-ups are free); returns
         the exhaustive optimum and its noise-free time."""
-        twin = self.twin(task)
-        geoms = {t: twin.geometry(t) for t in Transport}
+        comm = self.communicator(task)
+        geoms = {t: comm.geometry(t) for t in Transport}
         best = (None, math.inf)
         for s in space.subspaces:
             if (task, s) not in self._tables:
                 try:
                     sw = sweep_subspace(geoms, task.op, task.nbytes, s, space.grid(s),
-                                        gpus_per_process=twin.gpus_per_process)
+                                        gpus_per_process=comm.gpus_per_process)
                 except Unsupported:
                     continue
                 flat = np.concatenate([sw.times[nt].ravel() for nt in sw.grid.nthreads])

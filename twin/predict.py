@@ -1,7 +1,12 @@
-"""Predict a collective on a cluster: with a given configuration, or with what NCCL would pick.
+"""Predict a collective on a communicator: with a given configuration, or with what NCCL would pick.
 
->>> twin = Twin(load_cluster("dgx-h100"))                                   # doctest: +SKIP
->>> twin.predict(Op.ALLREDUCE, 1 << 30).busbw_gbps                          # doctest: +SKIP
+>>> from traces.task import Op
+>>> from twin.placement import Communicator
+>>> from twin.topology import load_cluster
+>>> comm = Communicator.first(load_cluster("dgx-h100"))
+>>> p = predict(comm, Op.ALLREDUCE, 1 << 30)
+>>> p.chosen_by, p.busbw_gbps > 100
+('nccl', True)
 """
 
 from __future__ import annotations
@@ -10,10 +15,10 @@ from dataclasses import dataclass, replace
 
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
-from twin.model.geometry import CommGeometry
-from twin.model.schedule import Schedule, build_schedule
-from twin.nccl_model import NcclCommInfo, nccl_choice
-from twin.nccl_model.search import comm_info
+from twin.nccl_model import nccl_choice
+from twin.placement import Communicator
+
+__all__ = ["Prediction", "predict", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -50,76 +55,35 @@ class Prediction:
         }
 
 
-def pick_ranks(cluster, nranks: int | None) -> list[str]:
-    """The GPUs of an ``nranks`` communicator: whole nodes in order, or the first GPUs of one node."""
-    gpus = cluster.gpus()
-    if nranks is None:
-        return gpus
-    if not 1 <= nranks <= len(gpus):
-        raise ValueError(f"--nranks {nranks}: the cluster has {len(gpus)} GPUs")
-    per_node = cluster.gpus_per_node
-    if nranks > per_node and nranks % per_node:
-        raise ValueError(f"--nranks {nranks} does not fill whole nodes of {per_node} GPUs; "
-                         f"use a multiple of {per_node} or --gpus-per-node")
-    return gpus[:nranks]
+def resolve(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", algo: Algo | None = None,
+            proto: Proto | None = None, transport: Transport | None = None, nchannels: int | None = None,
+            nthreads: int | None = None, chunk_bytes: int | None = None) -> tuple[Config, str, float | None]:
+    """Fill every knob not given with what NCCL would use for ``dtype`` on ``comm``; say who chose."""
+    given = [k for k in (algo, proto, transport, nchannels, nthreads, chunk_bytes) if k is not None]
+    # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
+    info = replace(comm.nccl, algo_env=algo and str(algo), proto_env=proto and str(proto))
+    choice = nccl_choice(info, op, nbytes, dtype)
+    config = Config(choice.algo, choice.proto, transport or Transport.P2P, nchannels or choice.nchannels,
+                    nthreads or choice.nthreads, chunk_bytes or choice.chunk_bytes)
+    if not given:
+        return config, "nccl", choice.nccl_time_us
+    return config, "user" if len(given) == 6 else "user+nccl", None
 
 
-class Twin:
-    """One communicator on one cluster, ready to predict any collective on it."""
+def predict(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", engine: str = "fast", **knobs
+            ) -> Prediction:
+    """Time ``op`` on ``nbytes`` on ``comm`` with the knobs given (others as NCCL would choose them)."""
+    task = comm.task(op, nbytes, dtype)
+    config, chosen_by, nccl_time = resolve(comm, op, nbytes, dtype=dtype, **knobs)
+    if nbytes == 0:
+        return Prediction(task, config, 0.0, chosen_by, nccl_time)
+    schedule = comm.schedule(task, config)
+    if engine == "fast":
+        time_us = float(schedule.time_us())
+    elif engine == "des":
+        from twin.des import CollectiveRun, simulate
 
-    def __init__(self, cluster, nranks: int | None = None, *, gpus_per_process: int = 1,
-                 nccl_version: tuple[int, int, int] = (2, 28, 9)):
-        self.cluster = cluster
-        self.ranks = pick_ranks(cluster, nranks)
-        self.gpus_per_process = gpus_per_process
-        self.nccl: NcclCommInfo = comm_info(cluster, self.ranks, nccl_version=nccl_version)
-        self._geoms: dict[Transport, CommGeometry] = {}
-
-    @property
-    def nranks(self) -> int:
-        return len(self.ranks)
-
-    def geometry(self, transport: Transport = Transport.P2P) -> CommGeometry:
-        if transport not in self._geoms:
-            self._geoms[transport] = CommGeometry(self.cluster, self.ranks, transport)
-        return self._geoms[transport]
-
-    def task(self, op: Op, nbytes: int, dtype: str = "float32") -> Task:
-        shape = f"{self.nranks // self.geometry().nnodes}x{self.geometry().nnodes}"
-        return Task(op=op, nbytes=nbytes, nranks=self.nranks, dtype=dtype, group=shape)
-
-    def resolve(self, op: Op, nbytes: int, *, dtype: str = "float32", algo: Algo | None = None,
-                proto: Proto | None = None, transport: Transport | None = None, nchannels: int | None = None,
-                nthreads: int | None = None, chunk_bytes: int | None = None) -> tuple[Config, str, float | None]:
-        """Fill every knob not given with what NCCL would use for ``dtype``; say who chose."""
-        given = [k for k in (algo, proto, transport, nchannels, nthreads, chunk_bytes) if k is not None]
-        # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
-        info = replace(self.nccl, algo_env=algo and str(algo), proto_env=proto and str(proto))
-        choice = nccl_choice(info, op, nbytes, dtype)
-        config = Config(choice.algo, choice.proto, transport or Transport.P2P, nchannels or choice.nchannels,
-                        nthreads or choice.nthreads, chunk_bytes or choice.chunk_bytes)
-        if not given:
-            return config, "nccl", choice.nccl_time_us
-        return config, "user" if len(given) == 6 else "user+nccl", None
-
-    def schedule(self, task: Task, config: Config) -> Schedule:
-        return build_schedule(self.geometry(config.transport), task.op, task.nbytes, config,
-                              gpus_per_process=self.gpus_per_process)
-
-    def predict(self, op: Op, nbytes: int, *, dtype: str = "float32", engine: str = "fast", **knobs
-                ) -> Prediction:
-        """Time ``op`` on ``nbytes`` with the knobs given (others as NCCL would choose them)."""
-        task = self.task(op, nbytes, dtype)
-        config, chosen_by, nccl_time = self.resolve(op, nbytes, dtype=dtype, **knobs)
-        if nbytes == 0:
-            return Prediction(task, config, 0.0, chosen_by, nccl_time)
-        schedule = self.schedule(task, config)
-        if engine == "fast":
-            time_us = float(schedule.time_us())
-        elif engine == "des":
-            from twin.des import CollectiveRun, simulate
-
-            time_us = simulate([CollectiveRun(schedule)])[0]
-        else:
-            raise ValueError(f"unknown engine {engine!r}; expected fast or des")
-        return Prediction(task, config, time_us, chosen_by, nccl_time)
+        time_us = simulate([CollectiveRun(schedule)])[0]
+    else:
+        raise ValueError(f"unknown engine {engine!r}; expected fast or des")
+    return Prediction(task, config, time_us, chosen_by, nccl_time)

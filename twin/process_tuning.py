@@ -27,7 +27,7 @@ from tuner.plan import PlanEntry
 from tuner.process_knobs import NCCL_DEFAULT_BUFFSIZE, ProcessSettings
 from twin.model.schedule import schedule_for
 from twin.nccl_model import default_resources
-from twin.replay.comms import Communicator
+from twin.placement import Communicator
 
 __all__ = ["CANDIDATES", "MIN_GAIN", "ProcessTuning", "tune_process_settings"]
 

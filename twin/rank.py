@@ -2,7 +2,7 @@
 
 A trace of a tensor- and data-parallel job holds, say, 40 distinct tasks: all-gathers on the
 8-GPU TP groups, reduce-scatters and all-reduces on the 16-rank DP groups. The trace's ranks are
-placed on the cluster as the replay places them (rank r on GPU r, ``twin.replay.comms``), so each
+placed on the cluster as the replay places them (rank r on GPU r, ``twin.placement``), so each
 task runs on the GPUs of its group. For each task the engine (``rank_task``) sweeps every
 ⟨NC, NT, C⟩ of every subspace the search space admits with the closed-form fast path and keeps
 the best point per subspace, fastest subspace first, beside what NCCL's default would do. A
@@ -16,7 +16,6 @@ and minimising what a call costs the iteration when compute hides part of it (``
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,19 +23,17 @@ import numpy as np
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Algo, Transport
-from tuner.plan import Plan, PlanEntry, PlanError, RankedSubspace
+from tuner.plan import Plan, PlanEntry, RankedSubspace
 from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace, ResourceGrid
 from twin.fastpath import sweep_subspace
-from twin.model.schedule import Unsupported, build_schedule
+from twin.model.schedule import Unsupported
 from twin.nccl_model.cost_table import ll128_default
-from twin.predict import Twin
+from twin.placement import Communicator, Placement, TaskPlacement, describe
 from twin.process_tuning import ProcessTuning, tune_process_settings
-from twin.replay.comms import Communicator, Communicators, nccl_default
+from twin.topology import Cluster
 
-__all__ = ["Ranking", "call_cost", "comm_facts", "placement", "rank_task", "rank_tasks", "rank_trace"]
-
-_GRID_SHAPE = re.compile(r"(\d+)x(\d+)")
+__all__ = ["Ranking", "call_cost", "comm_facts", "rank_task", "rank_tasks", "rank_trace"]
 
 
 @dataclass(frozen=True)
@@ -57,32 +54,6 @@ def call_cost(time_us, nchannels, hidden_us, sm_count: int):
     return time_us - hidden + hidden * nchannels / sm_count
 
 
-def placement(task: Task, gpus_per_node: int) -> tuple[tuple[int, int], str | None]:
-    """``((gpus per node, nodes), note)`` of a task given without a trace, on nodes of ``gpus_per_node``.
-
-    A ``"GxN"`` group shape is taken as it is; otherwise the group fills whole nodes, and the
-    note says so. (Tasks of a trace are placed by their ranks instead: ``rank_trace``.)
-
-    >>> from traces.task import Op
-    >>> placement(Task(Op.ALLREDUCE, 1 << 20, 16, group="1x16"), 8)
-    ((1, 16), None)
-    >>> placement(Task(Op.ALLREDUCE, 1 << 20, 4, group="tp"), 8)[0]
-    (4, 1)
-    """
-    match = _GRID_SHAPE.fullmatch(task.group)
-    if match and int(match[1]) * int(match[2]) == task.nranks:
-        return (int(match[1]), int(match[2])), None
-    n = task.nranks
-    if n <= gpus_per_node:
-        shape = (n, 1)
-    elif n % gpus_per_node == 0:
-        shape = (gpus_per_node, n // gpus_per_node)
-    else:
-        raise PlanError(f"{_describe(task)}: {n} ranks do not fill whole nodes of {gpus_per_node} GPUs, and the "
-                        "task does not say where they run")
-    return shape, f"group {task.group!r} of {n} ranks: nodes unknown; modelled as {shape[0]}x{shape[1]}"
-
-
 def comm_facts(comm: Communicator, transports: tuple[Transport, ...] = tuple(Transport)) -> CommFacts:
     """The search-space facts of a call on ``comm`` (as NCCL would find them), choosing among
     ``transports``: ranks and nodes of the call's GPUs, the rest of the whole communicator."""
@@ -96,7 +67,7 @@ def comm_facts(comm: Communicator, transports: tuple[Transport, ...] = tuple(Tra
 def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, *,
               transports: tuple[Transport, ...] = tuple(Transport), hidden_us: float = 0.0,
               max_channels: int | None = None, notes: list[str] | None = None) -> PlanEntry:
-    """Sweep every subspace of ``task`` on ``comm`` (a ``twin.predict.Twin`` or a ``CallComm``).
+    """Sweep every subspace of ``task`` on ``comm``.
 
     Per subspace the point with the least ``call_cost`` is kept: with ``hidden_us`` = 0 (the
     warm-start plan) the fastest. The channel axis stops at ``max_channels`` (within the config
@@ -107,11 +78,10 @@ def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, 
     """
     try:
         space = ConfigSpace(task, comm_facts(comm, transports))
-        config = nccl_default(comm.nccl, task)
-        default = RankedSubspace(config=config, time_us=float(build_schedule(
-            comm.geometry(), task.op, task.nbytes, config, gpus_per_process=comm.gpus_per_process).time_us()))
+        config = comm.default_config(task)
+        default = RankedSubspace(config=config, time_us=float(comm.schedule(task, config).time_us()))
     except ValueError as err:  # ConfigError, Unsupported, a group NCCL could not form
-        raise ConfigError(f"{_describe(task)}: {err}") from None
+        raise ConfigError(f"{describe(task)}: {err}") from None
     sms = comm.cluster.gpu.sm_count
 
     def cost(r: RankedSubspace) -> float:
@@ -131,7 +101,7 @@ def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, 
             continue
         bad = int((~np.isfinite(sweep.flat)).sum())
         if bad and notes is not None:
-            notes.append(f"{_describe(task)}: the twin gave no finite time for {bad} of {points.size} points "
+            notes.append(f"{describe(task)}: the twin gave no finite time for {bad} of {points.size} points "
                          f"of {subspace}; they were not considered")
         objective = call_cost(sweep.flat, sweep.nchannels, hidden_us, sms) if hidden_us else None
         config, time_us = sweep.best(objective)
@@ -142,42 +112,37 @@ def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, 
             best = default  # NCCL's own point is off the grid and better
         ranked.append(best)
     if not ranked:
-        raise ConfigError(f"{_describe(task)}: the twin models none of its subspaces here")
+        raise ConfigError(f"{describe(task)}: the twin models none of its subspaces here")
     ranked.sort(key=lambda r: (r.time_us, r.subspace))
     return PlanEntry(task=task, ranked=tuple(ranked), default=default, calls_per_iteration=calls_per_iteration)
 
 
-def rank_trace(trace: Trace, cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
+def rank_trace(trace: Trace, cluster: Cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
                max_channels: int | None = None) -> Ranking:
     """The warm-start plan of every distinct task of ``trace`` on ``cluster``, rank r on GPU r.
 
     Per-process settings are chosen over all tasks weighted by their calls per iteration
     (``twin.process_tuning``). Tasks without a size are not in ``Trace.tasks`` and so not here.
-    Raises ``twin.replay.ReplayError`` when the cluster has fewer GPUs than the trace's world.
+    Raises ``twin.placement.PlacementError`` when the cluster has fewer GPUs than the trace's world.
     """
     notes: list[str] = []
     tasks = _sized(trace.tasks(), notes)
-    comms = Communicators(trace, cluster, nccl_version).task_comms()
+    comms = Placement(trace, cluster, nccl_version).task_communicators()
     return _rank([(task, calls, comms[task]) for task, calls in tasks], cluster, nccl_version, max_channels, notes)
 
 
-def rank_tasks(tasks: dict[Task, float], cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
+def rank_tasks(tasks: dict[Task, float], cluster: Cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
                max_channels: int | None = None) -> Ranking:
     """Rank ``tasks`` given without a trace (task → calls per iteration) on ``cluster``, each on
-    the GPUs ``placement`` gives it; ``max_channels`` as in ``rank_task``."""
+    the GPUs its shape names (``twin.placement.TaskPlacement``); ``max_channels`` as in ``rank_task``."""
     notes: list[str] = []
-    twins: dict[tuple[int, int], Twin] = {}
+    placement = TaskPlacement(cluster, nccl_version=nccl_version)
     placed = []
     for task, calls in _sized(tasks, notes):
-        (g, n), note = placement(task, cluster.gpus_per_node)
-        if n > cluster.nodes or g > cluster.gpus_per_node:
-            raise PlanError(f"{_describe(task)}: needs {n} node(s) of {g} GPUs; cluster {cluster.name!r} has "
-                            f"{cluster.nodes} node(s) of {cluster.gpus_per_node} (try --nodes)")
+        comm, note = placement.place(task)
         if note and note not in notes:
             notes.append(note)
-        if (g, n) not in twins:
-            twins[(g, n)] = Twin(cluster.subset(nodes=n, gpus_per_node=g), nccl_version=nccl_version)
-        placed.append((task, calls, twins[(g, n)]))
+        placed.append((task, calls, comm))
     return _rank(placed, cluster, nccl_version, max_channels, notes)
 
 
@@ -187,13 +152,13 @@ def _sized(tasks: dict[Task, float], notes: list[str]) -> list[tuple[Task, float
     for task, calls in sorted(tasks.items(), key=lambda kv: (kv[0].op, kv[0].nranks, kv[0].group, kv[0].nbytes,
                                                              kv[0].dtype)):
         if task.nbytes == 0:
-            notes.append(f"{_describe(task)}: empty message, nothing to tune; left out")
+            notes.append(f"{describe(task)}: empty message, nothing to tune; left out")
         else:
             out.append((task, calls))
     return out
 
 
-def _rank(placed: list[tuple[Task, float, Communicator]], cluster, nccl_version: tuple[int, int, int],
+def _rank(placed: list[tuple[Task, float, Communicator]], cluster: Cluster, nccl_version: tuple[int, int, int],
           max_channels: int | None, notes: list[str]) -> Ranking:
     swept: dict[tuple, PlanEntry | str] = {}  # (communicator, op, nbytes, dtype) -> entry, or why there is none
     entries, pairs = [], []
@@ -211,12 +176,8 @@ def _rank(placed: list[tuple[Task, float, Communicator]], cluster, nccl_version:
         entries.append(entry)
         pairs.append((comm, entry))
     process = tune_process_settings(pairs)
-    plan = Plan(cluster=cluster.label,
+    plan = Plan(cluster=cluster.identity,
                 nccl_version=".".join(map(str, nccl_version)), created_by="ccltwin rank (twin fast path)",
                 process=process.settings, entries=tuple(entries))
     return Ranking(plan=plan, process=process, notes=notes)
 
-
-def _describe(task: Task) -> str:
-    group = f" group {task.group}" if task.group else ""
-    return f"{task.op} {task.nbytes} B {task.dtype} on {task.nranks} ranks{group}"

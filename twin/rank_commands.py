@@ -23,9 +23,8 @@ from traces.trace_file import check_writable, load_trace
 from tuner.export import write_env, write_tuner_csv
 from tuner.measurement import Measurement
 from tuner.plan import Plan, PlanEntry, PlanError, save_plan
+from twin.placement import PlacementError, cluster_for, shaped_tasks
 from twin.rank import rank_trace
-from twin.replay import ReplayError
-from twin.replay.comms import cluster_for, shaped_tasks
 from twin.topology import TopologyError
 
 HEADER = (f"{'op':<13} {'size (B)':>12} {'ranks':>5} {'group':<6} {'calls/it':>8}  {'best subspace':<24} "
@@ -75,7 +74,7 @@ def rank(
         cluster = cluster_for(workload, topology, nodes=nodes, gpus_per_node=gpus_per_node,
                               nics_per_node=nics_per_node, nic_gbps=nic_gbps)
         ranking = rank_trace(workload, cluster, nccl_version=version, max_channels=max_channels)
-    except (TraceError, TopologyError, PlanError, ReplayError) as err:
+    except (TraceError, TopologyError, PlanError, PlacementError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     plan, process = ranking.plan, ranking.process

@@ -18,7 +18,6 @@ from typing import Annotated
 import typer
 
 from traces.errors import TraceError
-from traces.schema import Trace
 from traces.task import Task, parse_op
 from traces.trace_file import load_trace
 from traces.units import parse_size
@@ -31,8 +30,8 @@ from tuner.search.base import fastest_share_mean
 from tuner.space import ConfigError
 from tuner.store import Store, StoreError
 from twin.executor import TwinExecutor
-from twin.replay.comms import cluster_for, shaped_tasks
-from twin.topology import Cluster, TopologyError, load_cluster
+from twin.placement import cluster_for, trace_tasks
+from twin.topology import TopologyError, load_cluster
 
 DEFAULT_REPEATS = 3
 """Measurements of NCCL's default behind ``default_time_us`` when the search did not take them."""
@@ -41,20 +40,6 @@ DEFAULT_REPEATS = 3
 def fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
-
-
-def trace_tasks(trace: Trace, cluster: Cluster) -> list[tuple[Task, Task, float]]:
-    """(task as the trace names it, task with a ``GxN`` group shape, calls per iteration).
-
-    Groups are placed on ``cluster`` as ``ccltwin whatif`` and ``ccltwin rank`` place them
-    (``shaped_tasks``).  Tasks that end up with the same shape and size are one task.
-    """
-    calls = trace.tasks()
-    merged: dict[Task, tuple[Task, float]] = {}
-    for task, shaped in shaped_tasks(trace, cluster).items():
-        if shaped not in merged or calls[task] > merged[shaped][1]:  # groups of one shape run side by side
-            merged[shaped] = (task, calls[task])
-    return [(named, shaped, n) for shaped, (named, n) in merged.items()]
 
 
 def replay(search: Search, stored: list[Measurement], executor: TwinExecutor) -> int:
@@ -168,14 +153,14 @@ def tune(
             size = parse_size(nbytes)
             if size < 1:
                 fail(f"--nbytes {nbytes}: a task moves at least 1 byte")
-            placed = runner.twin(Task(parse_op(op), size, nranks, dtype)).task(parse_op(op), size, dtype)
+            placed = runner.communicator(Task(parse_op(op), size, nranks, dtype)).task(parse_op(op), size, dtype)
             tasks = [(placed, placed)]
         plan = load_plan(warm_start) if warm_start is not None else None
         db = Store(store) if store is not None else None
         echo(f"# ccltwin tune: {search} on {cluster.label}, twin executor with {noise:.0%} noise, seed {seed}; "
              "predicted, not measured")
-        if plan is not None and plan.cluster != cluster.label:
-            typer.echo(f"note: {warm_start} was ranked on {plan.cluster}, not on {cluster.label}: its order and "
+        if plan is not None and plan.cluster != cluster.identity:
+            typer.echo(f"note: {warm_start} was ranked on {plan.cluster}, not on {cluster.identity}: its order and "
                        "starting points may not fit", err=True)
         try:
             results = [tune_task(runner, named, task, search_name=search, seed=seed, plan=plan, store=db,

@@ -31,9 +31,9 @@ from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Config, Transport
 from tuner.space import CHANNEL_FIELD_MAX, ConfigError
+from twin.placement import Communicator, Placement, cluster_for
 from twin.rank import call_cost, rank_task
-from twin.replay import Communicators, ReplayResult, TaskTimes, replay
-from twin.replay.comms import CallComm, cluster_for
+from twin.replay import ReplayResult, TaskTimes, replay
 
 PRICE_PER_GPU_HOUR = {
     "V100-SXM2-16GB": 0.55, "V100-SXM2-32GB": 0.55,
@@ -82,7 +82,8 @@ class TaskComparison:
 class ClusterReport:
     """One candidate cluster: its replays with NCCL's default and tuned, and their cost."""
 
-    label: str
+    cluster: str
+    """The cluster's identity (``dgx-h100:8x2``, ``tuner.identity``)."""
     topology: str
     nodes: int
     gpus: int
@@ -121,7 +122,7 @@ class ClusterReport:
                     "usd_per_million_tokens": None if per_m is None else _sig(per_m)}
 
         return {
-            "label": self.label, "topology": self.topology, "nodes": self.nodes, "gpus": self.gpus, "gpu": self.gpu,
+            "cluster": self.cluster, "topology": self.topology, "nodes": self.nodes, "gpus": self.gpus, "gpu": self.gpu,
             "price_per_gpu_hour": self.price_per_gpu_hour,
             "price_source": "given" if self.price_given else "PRICE_PER_GPU_HOUR (list price, 2025)",
             "tokens_per_iteration": self.tokens_per_iteration,
@@ -177,7 +178,7 @@ def replayed_cost(t: TaskTimes, sm_count: int) -> float:
     return float(call_cost(t.time_us, t.config.nchannels, t.time_us - t.exposed_us, sm_count))
 
 
-def tuned_config(comm: CallComm, task: Task, hidden_us: float = 0.0) -> Config | None:
+def tuned_config(comm: Communicator, task: Task, hidden_us: float = 0.0) -> Config | None:
     """The configuration of ``task`` on ``comm`` with the least ``call_cost`` alone on the network,
     if compute hides ``hidden_us`` of each call (``twin.rank.rank_task`` with NCCL's transport and
     as many channels as the config space allows); ``None`` when nothing beats NCCL's default."""
@@ -191,30 +192,30 @@ def tuned_config(comm: CallComm, task: Task, hidden_us: float = 0.0) -> Config |
     return None if best.config == entry.default.config else best.config
 
 
-def tuned_configs(comms: Communicators, default: ReplayResult) -> dict[Task, Config]:
+def tuned_configs(placement: Placement, default: ReplayResult) -> dict[Task, Config]:
     """The tuned configuration of every task that beats NCCL's default on the communicator of its
     first call, counting on compute to hide as much of each call as it hid in the default replay."""
     hidden = {t.task: t.time_us - t.exposed_us for t in default.tasks}
-    tuned = {task: tuned_config(comm, task, hidden[task]) for task, comm in comms.task_comms().items()
+    tuned = {task: tuned_config(comm, task, hidden[task]) for task, comm in placement.task_communicators().items()
              if task in hidden}
     return {task: config for task, config in tuned.items() if config is not None}
 
 
-def tune(trace: Trace, comms: Communicators, default: ReplayResult) -> ReplayResult:
+def tune(trace: Trace, placement: Placement, default: ReplayResult) -> ReplayResult:
     """Replay with the tuned configurations and keep only the winners, as the live tuner does: a
     task whose tuned calls cost more in the replay (sharing links with everything else) than
     NCCL's default goes back to it and the trace is replayed again; if the iteration is still
     slower, NCCL's default stays for every task."""
-    configs = tuned_configs(comms, default)
-    tuned = replay(trace, comms.cluster, configs, comms=comms)
-    sms = comms.cluster.gpu.sm_count
+    configs = tuned_configs(placement, default)
+    tuned = replay(trace, placement.cluster, configs, placement=placement)
+    sms = placement.cluster.gpu.sm_count
     before = {t.task: t for t in default.tasks}
     losers = [t.task for t in tuned.tasks
               if t.task in configs and replayed_cost(t, sms) > replayed_cost(before[t.task], sms)]
     if losers:
         for task in losers:
             del configs[task]
-        tuned = replay(trace, comms.cluster, configs, comms=comms)
+        tuned = replay(trace, placement.cluster, configs, placement=placement)
     if tuned.mean_iteration_us > default.mean_iteration_us:
         return replace(default, notes=(*default.notes, "no tuned configuration shortened the iteration: "
                                        "NCCL's default kept for every task"))
@@ -227,14 +228,14 @@ def tune(trace: Trace, comms: Communicators, default: ReplayResult) -> ReplayRes
 def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True) -> ClusterReport:
     """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given)."""
     cluster = cluster_for(trace, candidate.topology, nodes=candidate.nodes)
-    comms = Communicators(trace, cluster)
-    default = replay(trace, cluster, comms=comms)
-    tuned_result = tune(trace, comms, default) if tuned else None
+    placement = Placement(trace, cluster)
+    default = replay(trace, cluster, placement=placement)
+    tuned_result = tune(trace, placement, default) if tuned else None
     by_task = {t.task: t for t in tuned_result.tasks} if tuned_result else {}
     price = candidate.price_per_gpu_hour
     gpus = len(cluster.gpus())
     return ClusterReport(
-        label=f"{cluster.name} x{cluster.nodes}", topology=candidate.topology, nodes=cluster.nodes, gpus=gpus,
+        cluster=cluster.identity, topology=candidate.topology, nodes=cluster.nodes, gpus=gpus,
         gpu=cluster.gpu.model, price_per_gpu_hour=price if price is not None else PRICE_PER_GPU_HOUR[cluster.gpu.model],
         price_given=price is not None, default=default, tuned=tuned_result, tokens_per_iteration=_tokens(trace),
         tasks=tuple(TaskComparison(t, by_task.get(t.task)) for t in default.tasks))

@@ -17,6 +17,7 @@ import typer
 
 from traces.errors import TraceError
 from traces.trace_file import check_writable, load_trace, write_atomic
+from twin.placement import PlacementError
 from twin.replay import ReplayError
 from twin.topology import TopologyError
 from twin.whatif import Candidate, what_if
@@ -78,7 +79,7 @@ def whatif(
         workload = load_trace(path)
         candidates = [Candidate(t, n, p) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
         report = what_if(workload, candidates, tuned=tuned, name=name)
-    except (TraceError, TopologyError, ReplayError) as err:
+    except (TraceError, TopologyError, PlacementError, ReplayError) as err:
         _fail(str(err))
     document = json.dumps(report.as_dict(), indent=1)
     typer.echo(document if as_json else format_text(report), nl=as_json)

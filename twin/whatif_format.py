@@ -44,7 +44,7 @@ def headline(report: WhatIfReport) -> str:
 
 def _summary_cells(c: ClusterReport) -> list[str]:
     best = c.best
-    return [c.label, f"{c.gpus} x {c.gpu}", _ms(c.default.mean_iteration_us),
+    return [c.cluster, f"{c.gpus} x {c.gpu}", _ms(c.default.mean_iteration_us),
             "-" if c.tuned is None else _ms(c.tuned.mean_iteration_us), _gain(c),
             _pct(best.comm_share), _pct(best.exposed_share), f"{c.price_per_gpu_hour:g}",
             _usd(c.cost_per_iteration(best)), _usd(c.cost_per_million_tokens(best))]
@@ -89,7 +89,7 @@ def _footnotes(report: WhatIfReport) -> list[str]:
         lines.append("prices are rounded on-demand list prices (2025), for comparison only: "
                      "give --price-per-gpu-hour for a quote")
     for c in report.clusters:
-        lines += [f"{c.label}: {note}" for note in c.default.notes]
+        lines += [f"{c.cluster}: {note}" for note in c.default.notes]
     return lines
 
 
@@ -97,7 +97,7 @@ def format_text(report: WhatIfReport) -> str:
     lines = [f"# ccltwin whatif: {headline(report)}; predicted, not measured", ""]
     lines += _table(SUMMARY_HEADER, [_summary_cells(c) for c in report.clusters], markdown=False)
     for c in report.clusters:
-        lines += ["", f"## {c.label}: per task (time per call and busbw as replayed, links shared)"]
+        lines += ["", f"## {c.cluster}: per task (time per call and busbw as replayed, links shared)"]
         lines += _task_table(c, markdown=False)
     lines += [""] + [f"# note: {n}" for n in _footnotes(report)]
     return "\n".join(lines) + "\n"
@@ -112,7 +112,7 @@ def format_markdown(report: WhatIfReport) -> str:
               "no compute hides (both with the tuned configurations when there are some). *gain*: iteration time "
               "saved by the tuned configurations over NCCL's default choice."]
     for c in report.clusters:
-        lines += ["", f"## {c.label}", "",
+        lines += ["", f"## {c.cluster}", "",
                   f"{c.gpus} x {c.gpu}; per task, the time of one call and its bus bandwidth as replayed "
                   "(sharing links and GPUs with the rest of the iteration).", ""]
         lines += _task_table(c, markdown=True)

@@ -8,14 +8,14 @@
 
 from traces.generate.generator import generate, job_flops
 from traces.generate.model import Cnn, CnnLayer, Transformer, vgg_layers
-from traces.generate.plan import Layout, Plan, Recompute, Schedule
+from traces.generate.parallelism import Layout, Parallelism, PipelineSchedule, Recompute
 from traces.generate.workload import (
     Workload,
     WorkloadError,
     list_models,
     list_presets,
     load_model,
-    load_plan,
+    load_parallelism,
     load_workload,
     workload,
 )
@@ -24,9 +24,9 @@ __all__ = [
     "Cnn",
     "CnnLayer",
     "Layout",
-    "Plan",
+    "Parallelism",
+    "PipelineSchedule",
     "Recompute",
-    "Schedule",
     "Transformer",
     "Workload",
     "WorkloadError",
@@ -35,7 +35,7 @@ __all__ = [
     "list_models",
     "list_presets",
     "load_model",
-    "load_plan",
+    "load_parallelism",
     "load_workload",
     "vgg_layers",
     "workload",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from traces.generate.buckets import Bucket, GradUnit, assign_buckets
 from traces.generate.events import RankEvents
 from traces.generate.model import Cnn
-from traces.generate.plan import Layout, Plan
+from traces.generate.parallelism import Layout, Parallelism
 from traces.task import DTYPE_BYTES, Op
 
 __all__ = ["CnnRank"]
@@ -23,8 +23,8 @@ SGD_BYTES_PER_PARAM = 16  # weight, gradient and momentum read, weight and momen
 class CnnRank:
     """Builds one rank's events; ``build(iterations)`` returns them."""
 
-    def __init__(self, model: Cnn, plan: Plan, rank: int) -> None:
-        self.model, self.plan = model, plan
+    def __init__(self, model: Cnn, plan: Parallelism, rank: int) -> None:
+        self.model, self.parallelism = model, plan
         self.group = Layout(plan).grad_group(rank)
         self.out = RankEvents(rank)
         self.db = DTYPE_BYTES[plan.grad_dtype or model.dtype]
@@ -38,21 +38,21 @@ class CnnRank:
 
     def _mem(self, index: int) -> int:
         """Bytes a layer's forward moves for a micro-batch: weights, input and output activations."""
-        layers, b = self.model.layers, self.plan.micro_batch_size
+        layers, b = self.model.layers, self.parallelism.micro_batch_size
         inputs = layers[index - 1].activations if index else self.model.input_elements
         return (layers[index].params + b * (inputs + layers[index].activations)) * DTYPE_BYTES[self.model.dtype]
 
     def build(self, iterations: int) -> RankEvents:
-        out, layers, b = self.out, self.model.layers, self.plan.micro_batch_size
+        out, layers, b = self.out, self.model.layers, self.parallelism.micro_batch_size
         gate: tuple[int | None, ...] = ()
         for iteration in range(iterations):
             out.iteration = iteration
             reductions: list[int | None] = []
-            for micro_batch in range(self.plan.micro_batches):
+            for micro_batch in range(self.parallelism.micro_batches):
                 for index, layer in enumerate(layers):
                     out.compute(f"{layer.name}.fwd", b * layer.flops, self._mem(index), *gate)
                     gate = ()
-                last = micro_batch == self.plan.micro_batches - 1
+                last = micro_batch == self.parallelism.micro_batches - 1
                 for k, layer in enumerate(reversed(layers)):
                     ready = out.compute(f"{layer.name}.bwd", 2 * b * layer.flops, 2 * self._mem(len(layers) - 1 - k))
                     if last and k in self.closing:

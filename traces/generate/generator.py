@@ -17,7 +17,7 @@ from typing import Any
 
 from traces.generate.cnn import CnnRank
 from traces.generate.model import Cnn, Transformer
-from traces.generate.plan import Layout
+from traces.generate.parallelism import Layout
 from traces.generate.transformer import TransformerRank
 from traces.generate.workload import Workload, WorkloadError
 from traces.schema import RankTrace, Trace
@@ -30,7 +30,7 @@ MAX_EVENTS = 5_000_000
 
 def job_flops(work: Workload) -> float:
     """Training FLOPs of one iteration over the whole job, as the generator counts them."""
-    model, plan = work.model, work.plan
+    model, plan = work.model, work.parallelism
     samples = plan.dp * plan.micro_batches * plan.micro_batch_size
     if isinstance(model, Cnn):
         return 3 * samples * model.forward_flops_per_sample()
@@ -42,9 +42,9 @@ def job_flops(work: Workload) -> float:
 
 
 def _ranks(work: Workload, ranks: str | Sequence[int]) -> list[int]:
-    world = work.plan.world_size
+    world = work.parallelism.world_size
     if ranks == "representative":
-        return Layout(work.plan).representatives()
+        return Layout(work.parallelism).representatives()
     if ranks == "all":
         return list(range(world))
     if isinstance(ranks, str):
@@ -57,7 +57,7 @@ def _ranks(work: Workload, ranks: str | Sequence[int]) -> list[int]:
 
 
 def _estimate_events(work: Workload, count: int, iterations: int) -> int:
-    model, plan = work.model, work.plan
+    model, plan = work.model, work.parallelism
     if isinstance(model, Cnn):
         per_micro_batch = 2 * len(model.layers)
     else:
@@ -77,7 +77,7 @@ def generate(work: Workload, iterations: int = 1, ranks: str | Sequence[int] = "
             f"{work.name}: about {estimate:,} events for {len(chosen)} rank(s) × {iterations} iteration(s), "
             f"over the {MAX_EVENTS:,} a trace should hold; use representative ranks or fewer micro-batches"
         )
-    model, plan = work.model, work.plan
+    model, plan = work.model, work.parallelism
     built = []
     for rank in chosen:
         if isinstance(model, Transformer):
@@ -100,7 +100,7 @@ def generate(work: Workload, iterations: int = 1, ranks: str | Sequence[int] = "
 
 
 def _metadata(work: Workload, chosen: list[int], ranks: str | Sequence[int]) -> dict[str, Any]:
-    plan, model = work.plan, work.model
+    plan, model = work.parallelism, work.model
     layout = Layout(plan)
     model_doc = asdict(model)
     if isinstance(model, Cnn):

@@ -20,7 +20,7 @@ sequence parallelism):
 
 After the last micro-batch: sequence-parallel parameter gradients (norms, row-parallel biases)
 are all-reduced over TP, tied embeddings over the first and last stage, then gradients over
-data parallelism by ZeRO stage (see ``Plan.zero``) in buckets, the optimizer steps, and with
+data parallelism by ZeRO stage (see ``Parallelism.zero``) in buckets, the optimizer steps, and with
 ZeRO ≥ 1 the updated parameters are all-gathered. Scalar reductions (loss averaging, gradient
 norm, overflow checks) are left out: 4-byte calls that nothing tunes.
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from traces.generate.buckets import Bucket, GradUnit, assign_buckets
 from traces.generate.events import RankEvents
 from traces.generate.model import Transformer
-from traces.generate.plan import Layout, Plan, Recompute, Schedule
+from traces.generate.parallelism import Layout, Parallelism, PipelineSchedule, Recompute
 from traces.generate.workload import WorkloadError
 from traces.task import DTYPE_BYTES, Op
 
@@ -42,13 +42,13 @@ ADAM_FLOPS_PER_PARAM = 12
 ADAM_BYTES_PER_PARAM = 32  # fp32 master weight, two moments, gradient: read and written
 
 
-def pipeline_order(schedule: Schedule, stages: int, stage: int, micro_batches: int) -> list[tuple[str, int]]:
+def pipeline_order(schedule: PipelineSchedule, stages: int, stage: int, micro_batches: int) -> list[tuple[str, int]]:
     """("F"|"B", micro-batch) in the order ``stage`` runs them.
 
-    >>> pipeline_order(Schedule.ONE_F_ONE_B, 4, 1, 4)
+    >>> pipeline_order(PipelineSchedule.ONE_F_ONE_B, 4, 1, 4)
     [('F', 0), ('F', 1), ('F', 2), ('B', 0), ('F', 3), ('B', 1), ('B', 2), ('B', 3)]
     """
-    if schedule is Schedule.GPIPE:
+    if schedule is PipelineSchedule.GPIPE:
         return [("F", j) for j in range(micro_batches)] + [("B", j) for j in range(micro_batches)]
     warmup = min(stages - stage - 1, micro_batches)
     order = [("F", j) for j in range(warmup)]
@@ -75,8 +75,8 @@ def _last(*ids: int | None) -> int | None:
 class TransformerRank:
     """Builds one rank's events; ``build(iterations)`` returns them."""
 
-    def __init__(self, model: Transformer, plan: Plan, rank: int) -> None:
-        self.model, self.plan, self.rank = model, plan, rank
+    def __init__(self, model: Transformer, plan: Parallelism, rank: int) -> None:
+        self.model, self.parallelism, self.rank = model, plan, rank
         layout = Layout(plan)
         self.at = layout.coordinates(rank)
         self.tp, self.cp, self.pp = layout.tp_group(rank), layout.cp_group(rank), layout.pp_group(rank)
@@ -133,7 +133,7 @@ class TransformerRank:
 
     def _layer_params(self) -> int:
         """Parameters of one layer held by this rank (matmuls and column biases split over TP)."""
-        m, t = self.model, self.plan.tp
+        m, t = self.model, self.parallelism.tp
         column_bias = (m.qkv_width + m.mlp_up_width) // t if m.bias else 0
         row_bias = 2 * m.hidden if m.bias else 0
         return m.layer_matmul_params() // t + column_bias + row_bias + 2 * m.norm_params
@@ -141,10 +141,10 @@ class TransformerRank:
     def grad_units(self) -> list[GradUnit]:
         """This rank's gradients in the order backward produces them."""
         m = self.model
-        shard = self.vocab * m.hidden // self.plan.tp
+        shard = self.vocab * m.hidden // self.parallelism.tp
         units = []
         if self.last:
-            if not m.tied_embeddings or self.plan.pp > 1:  # tied in one stage: the embedding's gradient
+            if not m.tied_embeddings or self.parallelism.pp > 1:  # tied in one stage: the embedding's gradient
                 units.append(GradUnit("output", shard))
             units.append(GradUnit("final_norm", m.norm_params))
         units += [GradUnit(f"layer{i}", self._layer_params()) for i in reversed(self.layers)]
@@ -174,7 +174,7 @@ class TransformerRank:
         gather = self._tp(Op.ALLGATHER, f"sp-gather.{block.name}", prev) if sp else None
         prev = _last(prev, gather)
         flops = block.column_flops + block.rest_flops
-        if block.name == "attn" and self.plan.cp > 1:
+        if block.name == "attn" and self.parallelism.cp > 1:
             qkv = out.compute(f"L{layer}.qkv{tag}", block.column_flops, block.mem_bytes // 3, prev, gathered)
             kv = out.collective(Op.ALLGATHER, self.kv_bytes, self.cp, self.model.dtype, "cp-gather.kv", qkv)
             prev, flops, gathered = _last(qkv, kv), block.rest_flops, None
@@ -202,7 +202,7 @@ class TransformerRank:
     def _block_backward(self, layer: int, block: _Block, prev: int | None) -> tuple[int | None, int]:
         main_flops = 2 * block.rest_flops + block.column_flops
         cp_grad = None
-        if block.name == "attn" and self.plan.cp > 1:
+        if block.name == "attn" and self.parallelism.cp > 1:
             # K and V gradients of the whole sequence go back to their owners
             cp_grad = self.out.collective(
                 Op.REDUCESCATTER, self.kv_bytes, self.cp, self.model.dtype, "cp-scatter.kv", prev
@@ -216,7 +216,7 @@ class TransformerRank:
 
     def _fsdp_gather(self, unit: str, params: int) -> int | None:
         """ZeRO-3: all-gather a unit's parameters before it runs (forward, and again backward)."""
-        if self.plan.zero < 3:
+        if self.parallelism.zero < 3:
             return None
         return self.out.collective(
             Op.ALLGATHER, params * self.db, self.grad, self.model.dtype, f"fsdp-gather.{unit}", self.step
@@ -234,7 +234,7 @@ class TransformerRank:
         T, h = self.tokens, m.hidden
         if self.first:
             prev = out.compute("embedding.fwd", 0, 2 * T * h * self.db, *self.gate)
-            op = Op.ALLREDUCE if self.plan.embedding_allreduce or not self._sp else Op.REDUCESCATTER
+            op = Op.ALLREDUCE if self.parallelism.embedding_allreduce or not self._sp else Op.REDUCESCATTER
             prev = _last(prev, self._tp(op, "tp-reduce.embedding", prev))
         else:
             previous_stage = self.pp.ranks[self.at.pp - 1]
@@ -249,7 +249,8 @@ class TransformerRank:
             out.collective(Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-send.act", prev, peer=next_stage)
             return
         gather = self._tp(Op.ALLGATHER, "sp-gather.output", prev) if self._sp else None
-        prev = out.compute("output.fwd", 2 * T * h * self.vocab / self.plan.tp, self._output_mem, _last(prev, gather))
+        flops = 2 * T * h * self.vocab / self.parallelism.tp
+        prev = out.compute("output.fwd", flops, self._output_mem, _last(prev, gather))
         for name in ("max", "target", "sum-exp"):  # vocabulary-parallel cross entropy
             xent = self._tp(Op.ALLREDUCE, f"tp-reduce.xent-{name}", prev, nbytes=T * 4, dtype="float32")
             prev = _last(prev, xent)
@@ -257,20 +258,20 @@ class TransformerRank:
 
     @property
     def _pp_bytes(self) -> int:
-        return self.act_bytes // self.plan.tp if self._sp else self.act_bytes
+        return self.act_bytes // self.parallelism.tp if self._sp else self.act_bytes
 
     @property
     def _output_mem(self) -> int:
-        return self._matmul_mem(self.model.hidden, self.vocab // self.plan.tp)
+        return self._matmul_mem(self.model.hidden, self.vocab // self.parallelism.tp)
 
     def backward(self, last_micro_batch: bool) -> None:
         out, m = self.out, self.model
-        self.reduce_now = self.plan.zero >= 2 or last_micro_batch
+        self.reduce_now = self.parallelism.zero >= 2 or last_micro_batch
         if self.reduce_now:
             self.reductions = []
         T, h = self.tokens, m.hidden
         if self.last:
-            flops = 2 * T * h * self.vocab / self.plan.tp
+            flops = 2 * T * h * self.vocab / self.parallelism.tp
             prev, wgrad = self._column_backward("output", flops, flops, 2 * self._output_mem, self.loss, False)
             self._grads_ready(("output", "final_norm"), wgrad)
         else:
@@ -278,7 +279,7 @@ class TransformerRank:
             prev = out.collective(Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-recv.grad", peer=next_stage)
         grad_bytes = DTYPE_BYTES[self.grad_dtype]
         for layer in reversed(self.layers):
-            if self.plan.recompute is Recompute.FULL:
+            if self.parallelism.recompute is Recompute.FULL:
                 prev = self._layer_forward(layer, prev, ".recompute")
             gathered = self._fsdp_gather(f"layer{layer}", self._layer_params())
             wgrad = None
@@ -286,7 +287,7 @@ class TransformerRank:
                 prev, wgrad = self._block_backward(layer, block, _last(prev, gathered))
                 gathered = None
             self._grads_ready((f"layer{layer}",), wgrad)
-            if self.plan.zero >= 3:
+            if self.parallelism.zero >= 3:
                 out.collective(
                     Op.REDUCESCATTER, self._layer_params() * grad_bytes, self.grad, self.grad_dtype,
                     f"fsdp-scatter.layer{layer}", wgrad,
@@ -300,7 +301,7 @@ class TransformerRank:
             self.backward_end = out.collective(
                 Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-send.grad", prev, peer=previous_stage
             )
-        if self.reduce_now and self.plan.grad_bucket_bytes is None:
+        if self.reduce_now and self.parallelism.grad_bucket_bytes is None:
             self.reductions = [self._reduce_bucket(index, self.backward_end) for index in range(len(self.buckets))]
 
     # ---- end of the iteration -----------------------------------------------------------
@@ -308,7 +309,7 @@ class TransformerRank:
     def _dp_units(self) -> list[GradUnit]:
         """Gradient units reduced in buckets (under ZeRO-3 only those outside the layers)."""
         units = self.grad_units()
-        return [u for u in units if not u.name.startswith("layer")] if self.plan.zero >= 3 else units
+        return [u for u in units if not u.name.startswith("layer")] if self.parallelism.zero >= 3 else units
 
     def _grads_ready(self, names: tuple[str, ...], event: int) -> None:
         """Backward has produced these units' gradients; with a bucket cap, reduce the buckets they complete.
@@ -316,12 +317,12 @@ class TransformerRank:
         That is DDP's and Megatron's overlapped reduction: a bucket goes while backward goes on.
         """
         for name in names:
-            if self.reduce_now and self.plan.grad_bucket_bytes is not None and name in self.closing:
+            if self.reduce_now and self.parallelism.grad_bucket_bytes is not None and name in self.closing:
                 self.reductions.append(self._reduce_bucket(self.closing[name], event))
 
     def _reduce_bucket(self, index: int, after: int | None) -> int | None:
         gd = DTYPE_BYTES[self.grad_dtype]
-        op = Op.ALLREDUCE if self.plan.zero == 0 else Op.REDUCESCATTER
+        op = Op.ALLREDUCE if self.parallelism.zero == 0 else Op.REDUCESCATTER
         params = self.buckets[index].params
         return self.out.collective(op, params * gd, self.grad, self.grad_dtype, f"dp-grads.bucket{index}", after)
 
@@ -337,15 +338,15 @@ class TransformerRank:
                 self._tp(Op.ALLREDUCE, "tp-reduce.sp-param-grads", end, nbytes=params * gd, dtype=self.grad_dtype)
             )
         if self.embedding is not None and (self.first or self.last):
-            shard = self.vocab * m.hidden // self.plan.tp
+            shard = self.vocab * m.hidden // self.parallelism.tp
             waits.append(
                 out.collective(Op.ALLREDUCE, shard * gd, self.embedding, self.grad_dtype, "embedding-grads", end)
             )
         params = sum(u.params for u in self.grad_units())
-        shard = params if self.plan.zero == 0 else params // len(self.grad.ranks)
+        shard = params if self.parallelism.zero == 0 else params // len(self.grad.ranks)
         optimizer = out.compute("optimizer", ADAM_FLOPS_PER_PARAM * shard, ADAM_BYTES_PER_PARAM * shard, end, *waits)
         gathers = []
-        if self.plan.zero >= 1:
+        if self.parallelism.zero >= 1:
             gathers = [
                 out.collective(
                     Op.ALLGATHER, bucket.params * self.db, self.grad, m.dtype, f"dp-params.bucket{index}", optimizer
@@ -356,7 +357,7 @@ class TransformerRank:
         self.reductions = []
 
     def build(self, iterations: int) -> RankEvents:
-        plan = self.plan
+        plan = self.parallelism
         for iteration in range(iterations):
             self.out.iteration = iteration
             for kind, micro_batch in pipeline_order(plan.schedule, plan.pp, self.at.pp, plan.micro_batches):

@@ -1,6 +1,7 @@
-"""Read models, plans and workloads (a model plus a plan) from YAML or JSON, and the bundled presets.
+"""Read models, parallelism plans and workloads (a model plus a plan) from YAML or JSON, and the bundled presets.
 
-A workload file names its model (a bundled one by name, or a mapping) and gives its plan::
+A workload file names its model (a bundled one by name, or a mapping) and gives its parallelism
+under ``plan:`` (the key of the file format; in code the plan is a ``Parallelism``)::
 
     name: autoccl-phi2
     description: Phi-2 on 32 GPUs, TP8 x DP4, as in the AutoCCL paper
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import yaml
 
 from traces.errors import TraceError
 from traces.generate.model import Cnn, CnnLayer, Model, Transformer, vgg_layers
-from traces.generate.plan import Plan, Recompute, Schedule
+from traces.generate.parallelism import Parallelism, PipelineSchedule, Recompute
 from traces.task import DTYPE_BYTES
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
     "list_models",
     "list_presets",
     "load_model",
-    "load_plan",
+    "load_parallelism",
     "load_workload",
     "workload",
 ]
@@ -52,11 +53,11 @@ class WorkloadError(TraceError):
 
 @dataclass(frozen=True)
 class Workload:
-    """A model and the plan it is trained with."""
+    """A model and the parallelism it is trained with."""
 
     name: str
     model: Model
-    plan: Plan
+    parallelism: Parallelism
     description: str = ""
 
 
@@ -139,7 +140,7 @@ class _Fields:
 
 _DTYPES = list(DTYPE_BYTES)
 _TRANSFORMER_KEYS = {f.name for f in fields(Transformer)} | {"kind"}
-_PLAN_KEYS = {f.name for f in fields(Plan)} | {"world_size"}
+_PARALLELISM_KEYS = {f.name for f in fields(Parallelism)} | {"world_size"}
 
 
 def _transformer(f: _Fields) -> Transformer:
@@ -205,11 +206,11 @@ def model_from_dict(doc: Any, path: str | None = None, section: str = "model") -
     return _transformer(f) if kind == "transformer" else _cnn(f)
 
 
-def plan_from_dict(doc: Any, path: str | None = None, section: str = "plan") -> Plan:
-    """A plan from its mapping; ``world_size``, when given, must equal dp·tp·pp·cp."""
+def parallelism_from_dict(doc: Any, path: str | None = None, section: str = "plan") -> Parallelism:
+    """A parallelism plan from its mapping; ``world_size``, when given, must equal dp·tp·pp·cp."""
     f = _Fields(doc, path, section)
-    f.only(_PLAN_KEYS)
-    plan = Plan(
+    f.only(_PARALLELISM_KEYS)
+    plan = Parallelism(
         dp=f.integer("dp", 1),
         tp=f.integer("tp", 1),
         pp=f.integer("pp", 1),
@@ -221,7 +222,7 @@ def plan_from_dict(doc: Any, path: str | None = None, section: str = "plan") -> 
         grad_bucket_bytes=f.integer("grad_bucket_bytes", None, nullable=True),
         first_grad_bucket_bytes=f.integer("first_grad_bucket_bytes", None, nullable=True),
         grad_dtype=f.choice("grad_dtype", _DTYPES, None, nullable=True),
-        schedule=Schedule(f.choice("schedule", [s.value for s in Schedule], "1f1b")),
+        schedule=PipelineSchedule(f.choice("schedule", [s.value for s in PipelineSchedule], "1f1b")),
         recompute=Recompute(f.choice("recompute", [r.value for r in Recompute], "none")),
         embedding_allreduce=f.flag("embedding_allreduce", True),
         vocab_divisible_by=f.integer("vocab_divisible_by", 128),
@@ -238,7 +239,7 @@ def plan_from_dict(doc: Any, path: str | None = None, section: str = "plan") -> 
     return plan
 
 
-def check_fit(model: Model, plan: Plan, path: str | None = None) -> None:
+def check_fit(model: Model, plan: Parallelism, path: str | None = None) -> None:
     """Raise ``WorkloadError`` if ``plan`` cannot split ``model`` (naming both fields)."""
 
     def fail(problem: str):
@@ -304,11 +305,12 @@ def load_model(name_or_path: str | PathLike[str]) -> Model:
     return model_from_dict(_read(path), str(path), "model")
 
 
-def load_plan(path: str | PathLike[str], overrides: dict[str, Any] | None = None) -> Plan:
-    """A plan file (the plan's fields at the top, or under ``plan:``), with fields replaced by ``overrides``."""
+def load_parallelism(path: str | PathLike[str], overrides: dict[str, Any] | None = None) -> Parallelism:
+    """A plan file (the parallelism's fields at the top, or under ``plan:``), with fields replaced by
+    ``overrides``."""
     doc = _read(path)
     section = doc.get("plan", doc) if isinstance(doc.get("plan"), dict) else doc
-    return plan_from_dict({**section, **(overrides or {})}, str(path), "plan")
+    return parallelism_from_dict({**section, **(overrides or {})}, str(path), "plan")
 
 
 def load_workload(path: str | PathLike[str], overrides: dict[str, Any] | None = None) -> Workload:
@@ -327,7 +329,7 @@ def load_workload(path: str | PathLike[str], overrides: dict[str, Any] | None = 
     section = dict(doc.get("plan") or {})
     if overrides and {"dp", "tp", "pp", "cp"} & set(overrides) and "world_size" not in overrides:
         section.pop("world_size", None)  # the file's GPU count described the degrees being replaced
-    plan = plan_from_dict({**section, **(overrides or {})}, path, "plan")
+    plan = parallelism_from_dict({**section, **(overrides or {})}, path, "plan")
     check_fit(model, plan, path)
     return Workload(top.text("name", Path(path).stem), model, plan, top.text("description", ""))
 
@@ -345,24 +347,19 @@ def workload(
     preset: str | None = None,
     *,
     model: str | None = None,
-    plan: str | None = None,
+    parallelism: str | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> Workload:
-    """A bundled preset (or workload file), or a model with a plan file; ``overrides`` replace plan fields."""
+    """A bundled preset (or workload file), or a model with a plan file (``parallelism``);
+    ``overrides`` replace fields of the parallelism."""
     if preset is not None:
-        if model is not None or plan is not None:
+        if model is not None or parallelism is not None:
             raise WorkloadError("give a preset, or a model and a plan, not both")
         return load_workload(_named(preset, PRESETS_DIR, "preset", list_presets()), overrides)
-    if model is None or plan is None:
+    if model is None or parallelism is None:
         raise WorkloadError("give a preset, or both a model and a plan")
-    the_model, the_plan = load_model(model), load_plan(plan, overrides)
-    check_fit(the_model, the_plan, plan)
-    name = f"{getattr(the_model, 'name', model)}-{Path(plan).stem}"
+    the_model, the_plan = load_model(model), load_parallelism(parallelism, overrides)
+    check_fit(the_model, the_plan, parallelism)
+    name = f"{getattr(the_model, 'name', model)}-{Path(parallelism).stem}"
     return Workload(name, the_model, the_plan)
 
-
-def with_plan(work: Workload, **changes: Any) -> Workload:
-    """The workload with some plan fields changed (checked again)."""
-    plan = replace(work.plan, **changes)
-    check_fit(work.model, plan)
-    return replace(work, plan=plan)

@@ -17,7 +17,7 @@ from functools import cached_property, lru_cache
 from tuner.config import Proto, Transport
 from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us
 from twin.model.protocols import ROOT_COMPLEX_P2P_EFFICIENCY, hop_latency_us, store_efficiency
-from twin.topology import Hop
+from twin.topology import Cluster, Hop
 
 MULTINODE_LL_INTRA_FACTOR = 1.8
 """NCCL 2.8.4 ``src/graph/tuning.cc``: intra-node LL latency × 1.8 when the communicator spans nodes."""
@@ -139,7 +139,7 @@ def _share(load: _Load, proto: Proto, step_us: float) -> ChannelShare:
 class CommGeometry:
     """The ranks of one communicator on a cluster, with the transport NCCL uses inside nodes."""
 
-    def __init__(self, cluster, ranks: list[str] | None = None, transport: Transport = Transport.P2P):
+    def __init__(self, cluster: Cluster, ranks: list[str] | None = None, transport: Transport = Transport.P2P):
         self.cluster = cluster
         self.ranks = list(ranks) if ranks is not None else cluster.gpus()
         self.transport = transport

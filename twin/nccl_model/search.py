@@ -34,13 +34,14 @@ from twin.nccl_model.constants import MAXCHANNELS
 from twin.nccl_model.graph_search import BALANCED_TREE, NVLS, RING, TREE, Graph, compute
 from twin.nccl_model.inputs import NcclCommInfo, PathType
 from twin.nccl_model.system import NodeSystem, nvlink_bw
+from twin.topology import Cluster
 
 _KIND = {"gpu": "gpu", "nvswitch": "nvs", "pcie_switch": "pci", "cpu": "cpu", "nic": "nic"}
 _SEARCHES: dict = {}  # host signature -> (system, ring, tree, nvls graphs); searches are slow in Python
 _CACHE_SIZE = 64
 
 
-def comm_info(cluster, ranks: list[str], *, nccl_version: tuple[int, int, int] = (2, 28, 9),
+def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, int, int] = (2, 28, 9),
               nvls_enable: bool = True, collnet: bool = False) -> NcclCommInfo:
     """Emulate NCCL's init on ``ranks`` (GPU node names of ``cluster.graph``, in rank order)."""
     graph = cluster.graph

@@ -73,6 +73,7 @@ class ReplayResult:
     """A trace replayed on a cluster."""
 
     cluster: str
+    """The cluster's identity (``dgx-h100:8x2``, ``tuner.identity``)."""
     gpu: str
     iteration_us: tuple[float, ...]
     """Time of each iteration: from the end of the previous one (or 0) to its last event's end."""

@@ -31,9 +31,15 @@ from traces.task import Op, Task
 from tuner.config import Config
 from tuner.plan import Plan
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
-from twin.replay.comms import Communicators, ReplayError, Timed, members_of, task_of
+from twin.placement import Placement, Timed, members_of, task_of
 from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, ComputeTimer, compute_speed
 from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
+from twin.topology import Cluster
+
+
+class ReplayError(ValueError):
+    """A trace whose replay cannot finish (a call a peer never issues)."""
+
 
 WORK_UNITS_PER_US = 1e3
 """A compute phase is a linkless transfer of ``µs × 1e3`` units: at a cap of 1 "GB/s" it
@@ -67,9 +73,9 @@ class _Gpu:
 
 
 class _Replay:
-    def __init__(self, trace: Trace, cluster, configs: dict[Task, Config], comms: Communicators):
+    def __init__(self, trace: Trace, cluster: Cluster, configs: dict[Task, Config], placement: Placement):
         self.trace = trace
-        self.comms = comms
+        self.placement = placement
         self.configs = configs
         self.gpu = cluster.gpu
         self.timer = ComputeTimer.for_trace(trace, self.gpu)
@@ -157,7 +163,7 @@ class _Replay:
         if task is None:
             self.unsized += 1
         elif task.nranks > 1 and task.nbytes > 0:
-            timed = self.comms.timed(task, event.group, members, self.configs.get(task))
+            timed = self.placement.timed(task, event.group, members, self.configs.get(task))
         present = tuple(r for r in members if r in self.present)
         call = _Call(key, event.group, task, timed, members, present, self.env.event())
         self.calls[key] = call
@@ -170,7 +176,7 @@ class _Replay:
             yield self.env.timeout(float(s.launch_us))
             call.transfer = self.net.start(lumped_bytes(s), s.links, self._call_cap(call))
             for copy in self._shadows(call):
-                shadow = self.comms.schedule(copy, call.task, call.timed.config)
+                shadow = self.placement.schedule(copy, call.task, call.timed.config)
                 self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow))
             for r in call.present:
                 self.gpus[r].calls.append(call)
@@ -188,7 +194,7 @@ class _Replay:
         """Absent shifted copies of the call's members that this call stands for (each copy is
         claimed by the first replayed group that shares a node with it)."""
         mine = []
-        for copy in self.comms.absent_siblings(call.members):
+        for copy in self.placement.absent_siblings(call.members):
             if self.shadow_of.setdefault(copy, call.members) == call.members:
                 mine.append(copy)
         return mine
@@ -223,7 +229,7 @@ class _Replay:
             rank, event = stuck[0]
             raise ReplayError(f"rank {rank}, event {event} never ran ({len(stuck)} events stuck)")
 
-    def result(self, cluster_name: str) -> ReplayResult:
+    def result(self, identity: str) -> ReplayResult:
         iterations = sorted(self.iteration_end)
         n = max(len(iterations), 1)
         times, previous = [], 0.0
@@ -237,7 +243,7 @@ class _Replay:
             comm = union(self.intervals[rank]["comm"])
             ranks.append(RankTimes(rank, length(compute) / n, length(comm) / n,
                                    (length(comm) - overlap(comm, compute)) / n))
-        return ReplayResult(cluster_name, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n, computes),
+        return ReplayResult(identity, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n, computes),
                             tuple(self._notes()))
 
     def _tasks(self, iterations: int, computes: dict[int, list[tuple[float, float]]]) -> tuple[TaskTimes, ...]:
@@ -297,18 +303,18 @@ def plan_configs(plan: Plan) -> dict[Task, Config]:
     return {entry.task: entry.best.config for entry in plan.entries}
 
 
-def replay(trace: Trace, cluster, configs: dict[Task, Config] | None = None, *,
-           comms: Communicators | None = None) -> ReplayResult:
-    """Replay ``trace`` on ``cluster`` (rank r on GPU r).
+def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = None, *,
+           placement: Placement | None = None) -> ReplayResult:
+    """Replay ``trace`` on ``cluster`` (rank r on GPU r: ``twin.placement``).
 
     ``configs`` maps tasks (as ``Trace.tasks`` names them) to the configuration to run them
     with (``plan_configs`` reads them off a warm-start plan); other tasks run with NCCL's
-    default choice.  ``comms`` reuses the communicators of
-    an earlier replay of the same trace on the same cluster.  Raises ``ReplayError`` when the
-    cluster has fewer GPUs than the trace's world size or a call can never complete.
+    default choice.  ``placement`` reuses the communicators of an earlier replay of the same
+    trace on the same cluster.  Raises ``twin.placement.PlacementError`` when the cluster has
+    fewer GPUs than the trace's world size, ``ReplayError`` when a call can never complete.
     """
-    if comms is None:
-        comms = Communicators(trace, cluster)
-    run = _Replay(trace, cluster, configs or {}, comms)
+    if placement is None:
+        placement = Placement(trace, cluster)
+    run = _Replay(trace, cluster, configs or {}, placement)
     run.run()
-    return run.result(cluster.name)
+    return run.result(cluster.identity)

@@ -17,6 +17,7 @@ from itertools import pairwise
 
 import networkx as nx
 
+from tuner.identity import cluster_identity
 from twin.hardware import GpuSpec, TopologyError, gpu_spec
 from twin.topology.graph import (
     CPU,
@@ -107,8 +108,14 @@ class Cluster:
 
     @property
     def label(self) -> str:
-        """What reports and plans call the cluster: ``"dgx-h100 (4 node(s) x 8 H100-SXM5-80GB)"``."""
+        """What reports show a reader: ``"dgx-h100 (4 node(s) x 8 H100-SXM5-80GB)"``."""
         return f"{self.name} ({self.nodes} node(s) x {self.gpus_per_node} {self.gpu.model})"
+
+    @property
+    def identity(self) -> str:
+        """What plans, measurements and the store call the cluster: ``"dgx-h100:8x4"``
+        (``tuner.identity``)."""
+        return cluster_identity(self.name, nodes=self.nodes, gpus_per_node=self.gpus_per_node)
 
     @property
     def nodes(self) -> int:

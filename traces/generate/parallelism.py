@@ -16,10 +16,10 @@ from enum import StrEnum
 
 from traces.schema import ProcessGroup
 
-__all__ = ["Layout", "Plan", "Recompute", "Schedule"]
+__all__ = ["Layout", "Parallelism", "PipelineSchedule", "Recompute"]
 
 
-class Schedule(StrEnum):
+class PipelineSchedule(StrEnum):
     """Pipeline schedule: 1F1B (PipeDream-Flush, Megatron's default) or GPipe (all forwards first)."""
 
     ONE_F_ONE_B = "1f1b"
@@ -34,7 +34,7 @@ class Recompute(StrEnum):
 
 
 @dataclass(frozen=True)
-class Plan:
+class Parallelism:
     """A parallelism plan: degrees, ZeRO stage, micro-batching, gradient buckets, schedule."""
 
     dp: int = 1
@@ -56,7 +56,7 @@ class Plan:
     """Cap of the first bucket (PyTorch DDP uses 1 MiB); ``None``: the same as the others."""
     grad_dtype: str | None = None
     """dtype in which gradients are reduced; ``None``: the model's dtype."""
-    schedule: Schedule = Schedule.ONE_F_ONE_B
+    schedule: PipelineSchedule = PipelineSchedule.ONE_F_ONE_B
     recompute: Recompute = Recompute.NONE
     embedding_allreduce: bool = True
     """With sequence parallelism, the vocabulary-parallel embedding all-reduces its output and then
@@ -70,7 +70,7 @@ class Plan:
     gpus_per_node: int = 8
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "schedule", Schedule(self.schedule))
+        object.__setattr__(self, "schedule", PipelineSchedule(self.schedule))
         object.__setattr__(self, "recompute", Recompute(self.recompute))
 
     @property
@@ -80,7 +80,7 @@ class Plan:
     def stage_layers(self, layers: int) -> list[range] | None:
         """The layers of each pipeline stage, ``None`` if they cannot be split as asked.
 
-        >>> Plan(pp=4, first_stage_layers=1, last_stage_layers=1).stage_layers(6)
+        >>> Parallelism(pp=4, first_stage_layers=1, last_stage_layers=1).stage_layers(6)
         [range(0, 1), range(1, 3), range(3, 5), range(5, 6)]
         """
         first, last = self.first_stage_layers, self.last_stage_layers
@@ -115,15 +115,15 @@ class Coordinates:
 class Layout:
     """The rank ↔ coordinates map of a plan and the process groups a rank belongs to."""
 
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
+    def __init__(self, parallelism: Parallelism) -> None:
+        self.parallelism = parallelism
 
     def rank(self, tp: int = 0, cp: int = 0, dp: int = 0, pp: int = 0) -> int:
-        p = self.plan
+        p = self.parallelism
         return tp + p.tp * (cp + p.cp * (dp + p.dp * pp))
 
     def coordinates(self, rank: int) -> Coordinates:
-        p = self.plan
+        p = self.parallelism
         tp, rest = rank % p.tp, rank // p.tp
         cp, rest = rest % p.cp, rest // p.cp
         dp, pp = rest % p.dp, rest // p.dp
@@ -131,7 +131,8 @@ class Layout:
 
     def _group(self, kind: str, rank: int, varying: tuple[str, ...]) -> ProcessGroup:
         at = self.coordinates(rank)
-        sizes = {"tp": self.plan.tp, "cp": self.plan.cp, "dp": self.plan.dp, "pp": self.plan.pp}
+        p = self.parallelism
+        sizes = {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}
         members = [vars(at).copy()]
         for axis in varying:
             members = [{**m, axis: i} for m in members for i in range(sizes[axis])]
@@ -149,7 +150,7 @@ class Layout:
 
     def grad_group(self, rank: int) -> ProcessGroup:
         """The group gradients are reduced over: data parallel, times context parallel when ``cp > 1``."""
-        if self.plan.cp > 1:
+        if self.parallelism.cp > 1:
             return self._group("dp-cp", rank, ("dp", "cp"))
         return self._group("dp", rank, ("dp",))
 
@@ -157,7 +158,7 @@ class Layout:
         """First and last pipeline stage of a rank's pipeline, which share tied embeddings."""
         at = self.coordinates(rank)
         first = self.rank(at.tp, at.cp, at.dp, 0)
-        last = self.rank(at.tp, at.cp, at.dp, self.plan.pp - 1)
+        last = self.rank(at.tp, at.cp, at.dp, self.parallelism.pp - 1)
         return ProcessGroup(id=f"embedding:{first}", ranks=(first, last), name="embedding")
 
     def representatives(self) -> list[int]:
@@ -166,4 +167,4 @@ class Layout:
         Ranks that differ only in their TP, CP or DP coordinate issue the same collectives
         with the same sizes on groups of the same shape, so one of each stands for all.
         """
-        return [self.rank(pp=stage) for stage in range(self.plan.pp)]
+        return [self.rank(pp=stage) for stage in range(self.parallelism.pp)]

@@ -1,0 +1,210 @@
+"""Where the ranks of a trace land on a cluster, and which communicator each call uses.
+
+Rank ``r`` of the trace runs on GPU ``r`` of the cluster (node-major, as ``Cluster.gpus`` lists
+them), so a trace of 16 ranks on a preset of 8-GPU nodes fills two nodes.  A group's
+communicator spans its members' GPUs, present in the trace or not; a SendRecv runs among its
+pair with NCCL's view of the group's communicator.  Each call is timed with the configuration
+given for its task, else with what NCCL would choose on that communicator; schedules are built
+once per (GPUs, op, size, config), so replays of one trace on one cluster with different
+configurations can share a ``Placement``.  The ranking engine (``twin.rank``), what-if
+(``twin.whatif``), the replay (``twin.replay``) and ``ccltwin tune`` all place a trace so.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from itertools import pairwise
+
+from traces.schema import CollectiveEvent, Trace
+from traces.task import Op, Task
+from tuner.config import Config
+from twin.model.schedule import Schedule, Unsupported
+from twin.placement.communicator import Communicator, PlacementError
+from twin.topology import Cluster, load_cluster
+
+__all__ = ["Placement", "Timed", "cluster_for", "members_of", "rank_gpus", "shaped_tasks", "task_of", "trace_tasks",
+           "translations"]
+
+
+def translations(members: tuple[int, ...], world_size: int) -> list[tuple[int, ...]]:
+    """The other groups of the tiling ``members`` belong to, as a parallelism axis repeats.
+
+    A group whose ranks step by ``s`` (``[0..7]``: 1; ``[0, 8, 16, 24]``: 8) is one of a set of
+    shifted copies that tile the world: blocks of ``s × len`` ranks, ``s`` groups per block.
+
+    >>> translations((0, 8), 16)
+    [(1, 9), (2, 10), (3, 11), (4, 12), (5, 13), (6, 14), (7, 15)]
+    >>> translations((0, 1, 2, 3), 12)
+    [(4, 5, 6, 7), (8, 9, 10, 11)]
+    """
+    ranks = sorted(members)
+    if len(ranks) < 2:
+        return []
+    step = ranks[1] - ranks[0]
+    period = step * len(ranks)
+    if any(b - a != step for a, b in pairwise(ranks)) or world_size % period:
+        return []
+    first = ranks[0]
+    if first % period >= step:
+        return []
+    starts = (block + j for block in range(0, world_size, period) for j in range(step))
+    return [tuple(r - first + start for r in members) for start in starts if start != first]
+
+
+def cluster_for(trace: Trace, topology: str, *, nodes: int | None = None, **options) -> Cluster:
+    """``topology`` (a preset or YAML file) with ``nodes`` nodes, or with as many as the trace's
+    world size needs; ``options`` go to ``load_cluster`` (``gpus_per_node``, ``nic_gbps``...)."""
+    cluster = load_cluster(topology, nodes=nodes, **options)
+    needed = max(1, -(-trace.world_size // cluster.gpus_per_node))
+    if nodes is None and cluster.nodes != needed:
+        cluster = load_cluster(topology, nodes=needed, **options)
+    return cluster
+
+
+def rank_gpus(trace: Trace, cluster: Cluster) -> list[str]:
+    """GPU of every global rank; raises ``PlacementError`` when the cluster is too small."""
+    gpus = cluster.gpus()
+    if len(gpus) < trace.world_size:
+        per_node = cluster.gpus_per_node
+        nodes = -(-trace.world_size // per_node)
+        raise PlacementError(f"the trace needs {trace.world_size} GPUs; {cluster.name} has {len(gpus)} "
+                             f"({cluster.nodes} node(s) x {per_node}): use at least {nodes} nodes")
+    return gpus[:trace.world_size]
+
+
+def task_of(trace: Trace, rank: int, event: CollectiveEvent) -> Task | None:
+    """The tuning key of a call, as ``Trace.tasks`` names it (None when its size is unknown)."""
+    if event.nbytes is None:
+        return None
+    members = members_of(trace, rank, event)
+    return Task(event.op, event.nbytes, len(members), event.dtype, trace.shape(members) or event.group)
+
+
+def members_of(trace: Trace, rank: int, event: CollectiveEvent) -> tuple[int, ...]:
+    """Global ranks taking part in a call: the group, or the pair of a SendRecv (lower first)."""
+    if event.op is Op.SENDRECV:
+        return (min(rank, event.peer), max(rank, event.peer))
+    return trace.group(event.group).ranks
+
+
+@dataclass(frozen=True)
+class Timed:
+    """How one call runs: its configuration, its schedule, who chose the configuration."""
+
+    config: Config
+    schedule: Schedule
+    chosen_by: str
+    """``given`` (from the configs passed in), ``nccl`` (NCCL's default), or ``nccl-fallback``
+    (the given configuration cannot run on this communicator, so NCCL's default)."""
+
+
+class Placement:
+    """The ranks of ``trace`` on ``cluster`` and the communicator of every call, built as calls
+    first need them; ``params`` goes to the model as ``Communicator`` takes it."""
+
+    def __init__(self, trace: Trace, cluster: Cluster, nccl_version: tuple[int, int, int] = (2, 28, 9), *,
+                 params=None) -> None:
+        self.trace = trace
+        self.cluster = cluster
+        self.gpus = rank_gpus(trace, cluster)
+        self.nccl_version = nccl_version
+        self.params = params
+        self._comms: dict[tuple[str, ...], Communicator] = {}
+        self._parts: dict[tuple[tuple[str, ...], tuple[str, ...]], Communicator] = {}
+        self._timed: dict[tuple, Timed] = {}
+        self._schedules: dict[tuple, Schedule] = {}
+        self._siblings: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+
+    def member_gpus(self, members: tuple[int, ...]) -> tuple[str, ...]:
+        return tuple(self.gpus[r] for r in members)
+
+    def _comm(self, gpus: tuple[str, ...]) -> Communicator:
+        if gpus not in self._comms:
+            self._comms[gpus] = Communicator(self.cluster, gpus, nccl_version=self.nccl_version, params=self.params)
+        return self._comms[gpus]
+
+    def communicator(self, group: str, members: tuple[int, ...] | None = None) -> Communicator:
+        """The communicator a call of ``group`` among ``members`` (default: all of them) runs on.
+
+        Groups of the same GPUs share one, whatever their names."""
+        whole = self._comm(self.member_gpus(self.trace.group(group).ranks))
+        gpus = whole.gpus if members is None else self.member_gpus(members)
+        if gpus == whole.gpus:
+            return whole
+        if (whole.gpus, gpus) not in self._parts:
+            self._parts[(whole.gpus, gpus)] = whole.among(gpus)
+        return self._parts[(whole.gpus, gpus)]
+
+    def task_communicators(self) -> dict[Task, Communicator]:
+        """The communicator of every sized task's first call (tasks as ``Trace.tasks`` names them)."""
+        out: dict[Task, Communicator] = {}
+        for rank, event in self.trace.collectives():
+            task = task_of(self.trace, rank, event)
+            if task is not None and task not in out:
+                out[task] = self.communicator(event.group, members_of(self.trace, rank, event))
+        return out
+
+    def schedule(self, members: tuple[int, ...], task: Task, config: Config) -> Schedule:
+        """The schedule of ``task`` with ``config`` among ``members`` (raises ``Unsupported``)."""
+        return self._schedule(self._comm(self.member_gpus(members)), task, config)
+
+    def _schedule(self, comm: Communicator, task: Task, config: Config) -> Schedule:
+        key = (comm.gpus, task.op, task.nbytes, config)
+        if key not in self._schedules:
+            self._schedules[key] = comm.schedule(task, config)
+        return self._schedules[key]
+
+    def timed(self, task: Task, group: str, members: tuple[int, ...], given: Config | None = None) -> Timed:
+        """How ``task`` runs among ``members`` of ``group``: with ``given``, else NCCL's default."""
+        key = (task, group, members, given)
+        if key not in self._timed:
+            self._timed[key] = self._time(task, self.communicator(group, members), given)
+        return self._timed[key]
+
+    def _time(self, task: Task, comm: Communicator, given: Config | None) -> Timed:
+        if given is not None:
+            try:
+                return Timed(given, self._schedule(comm, task, given), "given")
+            except Unsupported:
+                pass
+        default = comm.default_config(task)
+        return Timed(default, self._schedule(comm, task, default), "nccl" if given is None else "nccl-fallback")
+
+    def absent_siblings(self, members: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Shifted copies of ``members`` (``translations``) with no rank in the trace that share a
+        node with them: the calls that ranks left out of the trace make at the same time on the
+        same NICs (the other data-parallel groups of a node, when one rank per stage is kept)."""
+        if members not in self._siblings:
+            present = {r.rank for r in self.trace.ranks}
+            hosts = {self.cluster.host_of(self.gpus[r]) for r in members}
+            self._siblings[members] = [
+                copy for copy in translations(members, self.trace.world_size)
+                if present.isdisjoint(copy) and not hosts.isdisjoint(self.cluster.host_of(self.gpus[r]) for r in copy)
+            ]
+        return self._siblings[members]
+
+
+def shaped_tasks(trace: Trace, cluster: Cluster) -> dict[Task, Task]:
+    """Every sized task of ``trace`` (as ``Trace.tasks`` names it) with its group written as the
+    ``GxN`` shape (G GPUs on each of N nodes, G the most on one node) its communicator takes on
+    ``cluster`` when placed as ``Placement`` places it."""
+    out = {}
+    for task, comm in Placement(trace, cluster).task_communicators().items():
+        per_node = Counter(cluster.host_of(gpu) for gpu in comm.gpus)
+        out[task] = Task(task.op, task.nbytes, task.nranks, task.dtype, f"{max(per_node.values())}x{len(per_node)}")
+    return out
+
+
+def trace_tasks(trace: Trace, cluster: Cluster) -> list[tuple[Task, Task, float]]:
+    """(task as the trace names it, task with a ``GxN`` group shape, calls per iteration).
+
+    Groups are placed on ``cluster`` as ``Placement`` places them (``shaped_tasks``).  Tasks
+    that end up with the same shape and size are one task.
+    """
+    calls = trace.tasks()
+    merged: dict[Task, tuple[Task, float]] = {}
+    for task, shaped in shaped_tasks(trace, cluster).items():
+        if shaped not in merged or calls[task] > merged[shaped][1]:  # groups of one shape run side by side
+            merged[shaped] = (task, calls[task])
+    return [(named, shaped, n) for shaped, (named, n) in merged.items()]
