@@ -9,8 +9,8 @@ variants matches the measured one (pairs measured within 3% of each other count 
 
 Then the same errors against this workplace's own measurements on 2 H200 GPUs
 (``data/h200x2-allreduce.json``, made by ``nccl_sweep.py``: a machine no constant was set from
-except ``LL_OP_US`` and ``PROTO_COPY_FACTOR``, which come from ``data/h200x2-channels.json``),
-timed from CUDA graphs, so without host launch costs.
+except ``protocol.ll_op_us`` and ``protocol.ll128_copy_factor`` (``twin.params``), which come from
+``data/h200x2-channels.json``), timed from CUDA graphs, so without host launch costs.
 
     python benchmarks/accuracy.py [--data DIR]
 """

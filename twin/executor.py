@@ -27,6 +27,7 @@ from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace
 from twin.fastpath import sweep_subspace
 from twin.model.schedule import Unsupported
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.predict import Twin
 from twin.rank import comm_facts, placement
 
@@ -35,13 +36,15 @@ SPIKE_RANGE = (0.05, 0.25)
 
 
 class TwinExecutor:
-    """Measure configs of any task on ``cluster`` with the twin (every knob tier can change)."""
+    """Measure configs of any task on ``cluster`` with the twin and its physical constants
+    ``params`` (every knob tier can change)."""
 
     tiers = ALL_TIERS
 
     def __init__(self, cluster, *, noise: float = 0.02, spike_prob: float = 0.05, seed: int = 0,
                  nccl_version: tuple[int, int, int] = (2, 28, 9),
-                 transports: tuple[Transport, ...] = (Transport.P2P, Transport.SHM)):
+                 transports: tuple[Transport, ...] = (Transport.P2P, Transport.SHM),
+                 params: TwinParams = DEFAULT_PARAMS):
         if not 0 <= noise < 0.5:
             raise ValueError(f"noise must be a relative sigma in [0, 0.5), got {noise}")
         if not 0 <= spike_prob <= 1:
@@ -52,6 +55,7 @@ class TwinExecutor:
         self.seed = seed
         self.nccl_version = nccl_version
         self.transports = transports
+        self.params = params
         self.hardware = f"twin:{cluster.name}"
         self._twins: dict[tuple[int, int], Twin] = {}
         self._times: dict[tuple[Task, Config], float] = {}
@@ -66,7 +70,7 @@ class TwinExecutor:
                               f"{self.cluster.name} has {self.cluster.nodes} of {self.cluster.gpus_per_node}")
         if (gpus, nodes) not in self._twins:
             sub = self.cluster.subset(nodes=nodes, gpus_per_node=gpus)
-            self._twins[(gpus, nodes)] = Twin(sub, nccl_version=self.nccl_version)
+            self._twins[(gpus, nodes)] = Twin(sub, nccl_version=self.nccl_version, params=self.params)
         return self._twins[(gpus, nodes)]
 
     def facts(self, task: Task) -> CommFacts:

@@ -14,6 +14,7 @@ from twin.model.geometry import CommGeometry
 from twin.model.schedule import Schedule, build_schedule
 from twin.nccl_model import NcclCommInfo, nccl_choice
 from twin.nccl_model.search import comm_info
+from twin.params import DEFAULT_PARAMS, TwinParams
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,15 @@ def pick_ranks(cluster, nranks: int | None) -> list[str]:
 
 
 class Twin:
-    """One communicator on one cluster, ready to predict any collective on it."""
+    """One communicator on one cluster, ready to predict any collective on it with the twin's
+    physical constants ``params``."""
 
     def __init__(self, cluster, nranks: int | None = None, *, gpus_per_process: int = 1,
-                 nccl_version: tuple[int, int, int] = (2, 28, 9)):
+                 nccl_version: tuple[int, int, int] = (2, 28, 9), params: TwinParams = DEFAULT_PARAMS):
         self.cluster = cluster
         self.ranks = pick_ranks(cluster, nranks)
         self.gpus_per_process = gpus_per_process
+        self.params = params
         self.nccl: NcclCommInfo = comm_info(cluster, self.ranks, nccl_version=nccl_version)
         self._geoms: dict[Transport, CommGeometry] = {}
 
@@ -81,7 +84,7 @@ class Twin:
 
     def geometry(self, transport: Transport = Transport.P2P) -> CommGeometry:
         if transport not in self._geoms:
-            self._geoms[transport] = CommGeometry(self.cluster, self.ranks, transport)
+            self._geoms[transport] = CommGeometry(self.cluster, self.ranks, transport, params=self.params)
         return self._geoms[transport]
 
     def task(self, op: Op, nbytes: int, dtype: str = "float32") -> Task:

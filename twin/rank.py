@@ -30,6 +30,7 @@ from tuner.space import ConfigError, ConfigSpace, ResourceGrid
 from twin.fastpath import sweep_subspace
 from twin.model.schedule import Unsupported, build_schedule
 from twin.nccl_model.cost_table import ll128_default
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.predict import Twin
 from twin.process_tuning import ProcessTuning, tune_process_settings
 from twin.replay.comms import Communicator, Communicators, nccl_default
@@ -148,8 +149,9 @@ def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, 
 
 
 def rank_trace(trace: Trace, cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
-               max_channels: int | None = None) -> Ranking:
-    """The warm-start plan of every distinct task of ``trace`` on ``cluster``, rank r on GPU r.
+               max_channels: int | None = None, params: TwinParams = DEFAULT_PARAMS) -> Ranking:
+    """The warm-start plan of every distinct task of ``trace`` on ``cluster``, rank r on GPU r,
+    predicted with the twin's physical constants ``params``.
 
     Per-process settings are chosen over all tasks weighted by their calls per iteration
     (``twin.process_tuning``). Tasks without a size are not in ``Trace.tasks`` and so not here.
@@ -157,14 +159,14 @@ def rank_trace(trace: Trace, cluster, *, nccl_version: tuple[int, int, int] = (2
     """
     notes: list[str] = []
     tasks = _sized(trace.tasks(), notes)
-    comms = Communicators(trace, cluster, nccl_version).task_comms()
+    comms = Communicators(trace, cluster, nccl_version, params=params).task_comms()
     return _rank([(task, calls, comms[task]) for task, calls in tasks], cluster, nccl_version, max_channels, notes)
 
 
 def rank_tasks(tasks: dict[Task, float], cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
-               max_channels: int | None = None) -> Ranking:
+               max_channels: int | None = None, params: TwinParams = DEFAULT_PARAMS) -> Ranking:
     """Rank ``tasks`` given without a trace (task → calls per iteration) on ``cluster``, each on
-    the GPUs ``placement`` gives it; ``max_channels`` as in ``rank_task``."""
+    the GPUs ``placement`` gives it; ``max_channels`` and ``params`` as in ``rank_trace``."""
     notes: list[str] = []
     twins: dict[tuple[int, int], Twin] = {}
     placed = []
@@ -176,7 +178,7 @@ def rank_tasks(tasks: dict[Task, float], cluster, *, nccl_version: tuple[int, in
         if note and note not in notes:
             notes.append(note)
         if (g, n) not in twins:
-            twins[(g, n)] = Twin(cluster.subset(nodes=n, gpus_per_node=g), nccl_version=nccl_version)
+            twins[(g, n)] = Twin(cluster.subset(nodes=n, gpus_per_node=g), nccl_version=nccl_version, params=params)
         placed.append((task, calls, twins[(g, n)]))
     return _rank(placed, cluster, nccl_version, max_channels, notes)
 

@@ -24,6 +24,7 @@ from twin.model.geometry import CommGeometry
 from twin.model.schedule import Schedule, Unsupported, build_schedule
 from twin.nccl_model import NcclCommInfo, nccl_choice
 from twin.nccl_model.search import comm_info
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster, load_cluster
 
 
@@ -123,13 +124,16 @@ class Timed:
 
 
 class Communicators:
-    """Every communicator of a trace on a cluster, built as calls first need them."""
+    """Every communicator of a trace on a cluster, built as calls first need them, their
+    geometries and schedules with the physical constants ``params``."""
 
-    def __init__(self, trace: Trace, cluster, nccl_version: tuple[int, int, int] = (2, 28, 9)):
+    def __init__(self, trace: Trace, cluster, nccl_version: tuple[int, int, int] = (2, 28, 9), *,
+                 params: TwinParams = DEFAULT_PARAMS):
         self.trace = trace
         self.cluster = cluster
         self.gpus = rank_gpus(trace, cluster)
         self.nccl_version = nccl_version
+        self.params = params
         self._infos: dict[tuple[str, ...], NcclCommInfo] = {}
         self._geoms: dict[tuple[tuple[str, ...], Transport], CommGeometry] = {}
         self._timed: dict[tuple, Timed] = {}
@@ -153,7 +157,7 @@ class Communicators:
         key = (gpus, transport)
         if key not in self._geoms:
             try:
-                self._geoms[key] = CommGeometry(self.cluster, list(gpus), transport)
+                self._geoms[key] = CommGeometry(self.cluster, list(gpus), transport, params=self.params)
             except ValueError as err:
                 raise ReplayError(f"a communicator on GPUs {', '.join(gpus)} cannot be placed: {err}") from None
         return self._geoms[key]
