@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from traces.task import Op
 from tuner.config import Algo, Config, Proto, Transport
+from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
 from twin.model.geometry import CommGeometry
 from twin.model.netpath import net_step_latency_us, proxy_overhead_us
 from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
 from twin.model.schedule import (
-    ALGORITHMS_FOR_OP,
     Unsupported,
     build_schedule,
     check_supported,

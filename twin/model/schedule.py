@@ -25,7 +25,7 @@ import numpy as np
 
 from traces.task import Op
 from tuner.config import Algo, Config, Proto
-from tuner.rules import ALGORITHMS_FOR_OP
+from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, layout_problem
 from twin.model.geometry import CommGeometry, LinkUse
 from twin.model.protocols import cta_copy_gbps
 from twin.nccl_model.constants import MAXCHANNELS
@@ -54,9 +54,6 @@ def slice_sync_us(algo: Algo, proto: Proto, slices_per_step, params: TwinParams 
     if proto is not Proto.SIMPLE or algo not in (Algo.RING, Algo.TREE):
         return 0.0
     return params.protocol.simple_slice_sync_us * np.ceil(slices_per_step - 1e-9)
-
-
-SIMPLE_ONLY = (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN, Algo.PAT)
 
 
 class Unsupported(ValueError):
@@ -122,29 +119,21 @@ class Schedule:
 
 
 def check_supported(geom: CommGeometry, op: Op, algo: Algo, proto: Proto) -> None:
-    """Raise ``Unsupported`` with the reason if NCCL cannot run ``algo``/``proto`` for ``op`` here."""
-    if algo not in ALGORITHMS_FOR_OP[op]:
-        names = ", ".join(a.value for a in ALGORITHMS_FOR_OP[op])
-        raise Unsupported(f"{op} has no {algo} algorithm (NCCL offers {names})")
-    if algo in SIMPLE_ONLY and proto is not Proto.SIMPLE:
-        raise Unsupported(f"{algo} runs only with the simple protocol")
-    if op in (Op.ALLTOALL, Op.SENDRECV) and proto is not Proto.SIMPLE:
-        raise Unsupported(f"{op} is point-to-point and uses the simple protocol")
+    """Raise ``Unsupported`` with the reason if NCCL cannot run ``algo``/``proto`` for ``op`` here
+    (the rules of ``tuner.rules``, checked against the cluster itself)."""
+    if problem := implementation_problem(op, algo, proto):
+        raise Unsupported(problem)
     if algo in (Algo.NVLS, Algo.NVLS_TREE) and not geom.cluster.has_nvswitch():
         raise Unsupported(f"{algo} needs NVSwitch (NVLink SHARP); this cluster has none")
     if algo in (Algo.NVLS, Algo.NVLS_TREE) and geom.cluster.gpu.sm_version < 90:
         raise Unsupported(f"{algo} needs Hopper or newer (sm_90); {geom.cluster.gpu.model} is "
                           f"sm_{geom.cluster.gpu.sm_version}")
-    if algo is Algo.NVLS_TREE and geom.nnodes == 1:
-        raise Unsupported("nvls_tree needs more than one node")
-    if algo is Algo.NVLS and geom.nnodes > 1 and op is not Op.ALLREDUCE:
-        raise Unsupported(f"nvls {op} runs within one node only")
-    if algo is Algo.PAT and geom.ppn != 1:
-        raise Unsupported("pat needs exactly one GPU per node")
+    if problem := layout_problem(op, algo, geom.nnodes, geom.ppn):
+        raise Unsupported(problem)
     if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) and not geom.collnet:
         raise Unsupported(f"{algo} needs in-network reduction (SHARP) switches; this fabric has none")
     if geom.nranks == 1 and op is not Op.SENDRECV:
-        raise Unsupported("a 1-rank communicator copies locally; nothing to tune")
+        raise Unsupported(SINGLE_RANK)
 
 
 def build_schedule(geom: CommGeometry, op: Op, nbytes: int, config: Config, *, gpus_per_process: int = 1
@@ -191,7 +180,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, step_bytes / grain_bytes, params))
 
-    if op in (Op.SENDRECV, Op.ALLTOALL):
+    if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
         flows = geom.channel_flows(pattern, 0)
         share = geom.share(pattern, nch, proto)
