@@ -27,6 +27,7 @@ from pathlib import Path
 from traces.nccl_tests import NcclTestsLog, read_nccl_tests
 from traces.task import Op
 from tuner.config import Algo, Proto, parse_enum
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.predict import Twin
 from twin.topology import load_cluster
 
@@ -36,7 +37,6 @@ H200 = HERE / "data" / "h200x2-allreduce.json"
 MIB = 1 << 20
 TIE = 0.03
 MODELLED_RELEASES = (2, 27, 0)
-DEFAULT_RELEASE = (2, 28, 9)
 
 
 @dataclass(frozen=True)
@@ -93,12 +93,12 @@ def knobs_from_env(log: NcclTestsLog) -> dict:
 
 def nccl_release(log: NcclTestsLog) -> tuple[int, int, int]:
     """The NCCL release whose choices the twin emulates: the file's, where the cost model knows
-    it (2.27 and later), else the default (2.28.9)."""
+    it (2.27 and later), else the default (``DEFAULT_NCCL_VERSION``)."""
     if log.nccl_version:
         version = tuple(int(x) for x in log.nccl_version.split(".")[:3])
         if version >= MODELLED_RELEASES:
             return version  # type: ignore[return-value]
-    return DEFAULT_RELEASE
+    return DEFAULT_NCCL_VERSION
 
 
 def predict_file(path: Path) -> tuple[NcclTestsLog, list[tuple[int, float, float]]]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from traces.task import Op
 from tuner.config import Algo, Proto, Subspace, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 
 ALGORITHMS_FOR_OP = {
     Op.ALLREDUCE: (Algo.RING, Algo.TREE, Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN),
@@ -62,7 +63,7 @@ class CommFacts:
     """Streaming multiprocessors per GPU (each channel is one CTA on one SM)."""
     sm_version: int
     """Compute capability × 10 (90 for H100)."""
-    nccl_version: tuple[int, int, int] = (2, 28, 9)
+    nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION
     nvls: bool = False
     """NVLink SHARP (NVSwitch multicast) is available and enabled."""
     collnet: bool = False

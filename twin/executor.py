@@ -22,7 +22,7 @@ import numpy as np
 
 from traces.task import Task
 from tuner.config import Config, Subspace, Transport
-from tuner.knobs import ALL_TIERS
+from tuner.knobs import ALL_TIERS, DEFAULT_NCCL_VERSION
 from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace
 from twin.fastpath import sweep_subspace
@@ -42,7 +42,7 @@ class TwinExecutor:
     tiers = ALL_TIERS
 
     def __init__(self, cluster, *, noise: float = 0.02, spike_prob: float = 0.05, seed: int = 0,
-                 nccl_version: tuple[int, int, int] = (2, 28, 9),
+                 nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
                  transports: tuple[Transport, ...] = (Transport.P2P, Transport.SHM),
                  params: TwinParams = DEFAULT_PARAMS):
         if not 0 <= noise < 0.5:

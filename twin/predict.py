@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.model.geometry import CommGeometry
 from twin.model.schedule import Schedule, build_schedule
 from twin.nccl_model import NcclCommInfo, nccl_choice
@@ -70,7 +71,7 @@ class Twin:
     physical constants ``params``."""
 
     def __init__(self, cluster, nranks: int | None = None, *, gpus_per_process: int = 1,
-                 nccl_version: tuple[int, int, int] = (2, 28, 9), params: TwinParams = DEFAULT_PARAMS):
+                 nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION, params: TwinParams = DEFAULT_PARAMS):
         self.cluster = cluster
         self.ranks = pick_ranks(cluster, nranks)
         self.gpus_per_process = gpus_per_process

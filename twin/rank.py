@@ -24,6 +24,7 @@ import numpy as np
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Algo, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from tuner.plan import Plan, PlanEntry, PlanError, RankedSubspace
 from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace, ResourceGrid
@@ -148,7 +149,7 @@ def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, 
     return PlanEntry(task=task, ranked=tuple(ranked), default=default, calls_per_iteration=calls_per_iteration)
 
 
-def rank_trace(trace: Trace, cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
+def rank_trace(trace: Trace, cluster, *, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
                max_channels: int | None = None, params: TwinParams = DEFAULT_PARAMS) -> Ranking:
     """The warm-start plan of every distinct task of ``trace`` on ``cluster``, rank r on GPU r,
     predicted with the twin's physical constants ``params``.
@@ -163,7 +164,7 @@ def rank_trace(trace: Trace, cluster, *, nccl_version: tuple[int, int, int] = (2
     return _rank([(task, calls, comms[task]) for task, calls in tasks], cluster, nccl_version, max_channels, notes)
 
 
-def rank_tasks(tasks: dict[Task, float], cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
+def rank_tasks(tasks: dict[Task, float], cluster, *, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
                max_channels: int | None = None, params: TwinParams = DEFAULT_PARAMS) -> Ranking:
     """Rank ``tasks`` given without a trace (task → calls per iteration) on ``cluster``, each on
     the GPUs ``placement`` gives it; ``max_channels`` and ``params`` as in ``rank_trace``."""

@@ -20,6 +20,7 @@ from typing import Protocol
 from traces.schema import CollectiveEvent, Trace
 from traces.task import Op, Task
 from tuner.config import Config, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.model.geometry import CommGeometry
 from twin.model.schedule import Schedule, Unsupported, build_schedule
 from twin.nccl_model import NcclCommInfo, nccl_choice
@@ -127,7 +128,7 @@ class Communicators:
     """Every communicator of a trace on a cluster, built as calls first need them, their
     geometries and schedules with the physical constants ``params``."""
 
-    def __init__(self, trace: Trace, cluster, nccl_version: tuple[int, int, int] = (2, 28, 9), *,
+    def __init__(self, trace: Trace, cluster, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION, *,
                  params: TwinParams = DEFAULT_PARAMS):
         self.trace = trace
         self.cluster = cluster
