@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
+from numbers import Real
 from typing import Any
 
 from traces.errors import CcltwinError
@@ -217,7 +218,7 @@ class TwinParams:
 
     def __post_init__(self) -> None:
         for name, value in _leaves(self):
-            check_value(name, value)
+            _check_value(name, value)
 
     def to_dict(self) -> dict[str, float]:
         """Every parameter by dotted name, in declaration order."""
@@ -247,7 +248,7 @@ class TwinParams:
         for name, value in values.items():
             if name not in _SPECS:
                 raise ParamsError(f"{where}: unknown parameter {name!r}")
-            check_value(name, value, where)
+            _check_value(name, value, where)
         return _rebuilt(self, "", {k: float(v) for k, v in values.items()})
 
     @staticmethod
@@ -261,10 +262,10 @@ class TwinParams:
         return {name: spec["unit"] for name, spec in _SPECS.items()}
 
 
-def check_value(name: str, value: Any, where: str = "params") -> None:
+def _check_value(name: str, value: Any, where: str = "params") -> None:
     """Raise ``ParamsError`` unless ``value`` is a finite number within parameter ``name``'s range."""
     spec = _SPECS[name]
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, Real):
         raise ParamsError(f"{where}: {name} must be a number ({spec['unit']}), got {value!r:.40}")
     low, high = spec["range"]
     if not math.isfinite(value) or not low <= value <= high:

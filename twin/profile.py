@@ -21,7 +21,7 @@ from os import PathLike
 from typing import Any
 
 from traces.trace_file import write_atomic
-from tuner.codec import FieldError, get_field
+from tuner.codec import FieldError, get_field, read_document
 from twin.params import ParamsError, TwinParams
 
 __all__ = ["PROFILE_FORMAT", "PROFILE_VERSION", "Profile", "ProfileMeta", "load_profile", "save_profile"]
@@ -107,17 +107,7 @@ def load_profile(path: str | PathLike[str]) -> Profile:
     >>> profile.params == fitted, profile.meta.points, profile.defaulted
     (True, 412, ())
     """
-    try:
-        with open(path, encoding="utf-8") as file:
-            doc = json.load(file)
-    except OSError as err:
-        raise ParamsError(f"{path}: cannot read the profile ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise ParamsError(f"{path}: not a readable JSON profile ({err})") from None
-    try:
-        return _profile(doc, str(path))
-    except FieldError as err:
-        raise ParamsError(f"{path}: {err}") from None
+    return read_document(path, "profile", lambda doc: _profile(doc, str(path)), ParamsError)
 
 
 def _profile(doc: Any, where: str) -> Profile:
