@@ -9,8 +9,8 @@ variants matches the measured one (pairs measured within 3% of each other count 
 
 Then the same errors against this workplace's own measurements on 2 H200 GPUs
 (``data/h200x2-allreduce.json``, made by ``nccl_sweep.py``: a machine no constant was set from
-except ``LL_OP_US`` and ``PROTO_COPY_FACTOR``, which come from ``data/h200x2-channels.json``),
-timed from CUDA graphs, so without host launch costs.
+except ``protocol.ll_op_us`` and ``protocol.ll128_copy_factor`` (``twin.params``), which come from
+``data/h200x2-channels.json``), timed from CUDA graphs, so without host launch costs.
 
     python benchmarks/accuracy.py [--data DIR]
 """
@@ -27,6 +27,7 @@ from pathlib import Path
 from traces.nccl_tests import NcclTestsLog, read_nccl_tests
 from traces.task import Op
 from tuner.config import Algo, Proto, parse_enum
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.placement import Communicator
 from twin.predict import predict
 from twin.topology import load_cluster
@@ -37,7 +38,6 @@ H200 = HERE / "data" / "h200x2-allreduce.json"
 MIB = 1 << 20
 TIE = 0.03
 MODELLED_RELEASES = (2, 27, 0)
-DEFAULT_RELEASE = (2, 28, 9)
 
 
 @dataclass(frozen=True)
@@ -94,12 +94,12 @@ def knobs_from_env(log: NcclTestsLog) -> dict:
 
 def nccl_release(log: NcclTestsLog) -> tuple[int, int, int]:
     """The NCCL release whose choices the twin emulates: the file's, where the cost model knows
-    it (2.27 and later), else the default (2.28.9)."""
+    it (2.27 and later), else the default (``DEFAULT_NCCL_VERSION``)."""
     if log.nccl_version:
         version = tuple(int(x) for x in log.nccl_version.split(".")[:3])
         if version >= MODELLED_RELEASES:
             return version  # type: ignore[return-value]
-    return DEFAULT_RELEASE
+    return DEFAULT_NCCL_VERSION
 
 
 def predict_file(path: Path) -> tuple[NcclTestsLog, list[tuple[int, float, float]]]:

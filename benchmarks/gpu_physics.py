@@ -1,11 +1,11 @@
 """Measure, on a real GPU, the compute constants of the twin's trace replay (``twin/replay/compute.py``).
 
 1. Ceilings: the share of data-sheet peak that large bf16/fp16 matrix products reach at
-   transformer shapes (``ACHIEVABLE_FLOPS_FRACTION``), and that a device-to-device copy reaches
-   (``ACHIEVABLE_HBM_FRACTION``).
+   transformer shapes (``compute.flops_fraction`` of ``twin.params``), and that a device-to-device copy reaches
+   (``compute.hbm_fraction``).
 2. Interference: a copy loop on ``k`` CTAs (NCCL runs one CTA per channel, spinning for the
    kernel's whole life) beside a stream of bf16 matrix products.  The replay says the products
-   run at ``1 - k / SMs`` of their speed alone and the copy at ``COPY_RATE_UNDER_COMPUTE`` of
+   run at ``1 - k / SMs`` of their speed alone and the copy at ``compute.copy_rate_under_compute`` of
    its rate alone; this measures both.
 
 Run on the GPU machine (needs torch with CUDA and cupy): ``python benchmarks/gpu_physics.py [--json FILE]``.
@@ -20,7 +20,7 @@ import cupy as cp
 import torch
 
 from twin.hardware import gpu_spec, peak_tflops
-from twin.replay.compute import ACHIEVABLE_FLOPS_FRACTION, ACHIEVABLE_HBM_FRACTION, COPY_RATE_UNDER_COMPUTE
+from twin.params import DEFAULT_PARAMS
 
 COPY_KERNEL = r"""
 extern "C" __global__ void copy_loop(const uint4* __restrict__ src, uint4* __restrict__ dst, long long n, int passes) {
@@ -58,14 +58,15 @@ def ceilings(gpu) -> list[dict]:
     y = torch.empty_like(x)
     ms = median_ms(stream, lambda: y.copy_(x))
     rows = [{"what": "device copy 1 GiB", "achieved": 2 * x.numel() * 4 / ms / 1e6, "peak": gpu.hbm_gbps,
-             "unit": "GB/s", "model": ACHIEVABLE_HBM_FRACTION}]
+             "unit": "GB/s", "model": DEFAULT_PARAMS.compute.hbm_fraction}]
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16")):
         for m, k, n in GEMM_SHAPES:
             a = torch.randn(m, k, device="cuda", dtype=dtype)
             b = torch.randn(k, n, device="cuda", dtype=dtype)
             ms = median_ms(stream, lambda: a @ b)  # noqa: B023
             rows.append({"what": f"{name} matmul {m}x{k}x{n}", "achieved": 2 * m * k * n / ms / 1e9,
-                         "peak": peak_tflops(gpu, name), "unit": "TFLOP/s", "model": ACHIEVABLE_FLOPS_FRACTION})
+                         "peak": peak_tflops(gpu, name), "unit": "TFLOP/s",
+                         "model": DEFAULT_PARAMS.compute.flops_fraction})
     return rows
 
 
@@ -105,7 +106,8 @@ def interference(gpu) -> list[dict]:
         copy_together_ms = c0.elapsed_time(c1) / passes
         rows.append({"ctas": ctas, "copy_gbps_alone": 2 * n16 * 16 / copy_alone_ms / 1e6,
                      "copy_ratio": copy_alone_ms / copy_together_ms, "gemm_ratio": gemm_ms / together_gemm_ms,
-                     "gemm_ratio_model": 1 - ctas / gpu.sm_count, "copy_ratio_model": COPY_RATE_UNDER_COMPUTE})
+                     "gemm_ratio_model": 1 - ctas / gpu.sm_count,
+                     "copy_ratio_model": DEFAULT_PARAMS.compute.copy_rate_under_compute})
     return rows
 
 

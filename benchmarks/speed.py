@@ -17,10 +17,10 @@ import time
 
 from traces.task import Op
 from tuner.config import Algo, Config, Proto, Subspace, Transport
+from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
 from twin.des import CollectiveRun, simulate
 from twin.fastpath import sweep
-from twin.model.schedule import ALGORITHMS_FOR_OP
 from twin.placement import Communicator
 from twin.predict import resolve
 from twin.topology import load_cluster

@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 
 from traces.task import Op
 from tuner.config import Algo, Config, Proto, Transport
+from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
 from twin.model.geometry import CommGeometry
 from twin.model.netpath import net_step_latency_us, proxy_overhead_us
 from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
 from twin.model.schedule import (
-    ALGORITHMS_FOR_OP,
-    SIMPLE_SLICE_SYNC_US,
     Unsupported,
     build_schedule,
     check_supported,
@@ -29,6 +28,7 @@ from twin.model.schedule import (
     tree_cta_gbps,
     tree_split,
 )
+from twin.params import DEFAULT_PARAMS
 from twin.placement import Communicator
 from twin.predict import predict
 from twin.topology import load_cluster
@@ -318,10 +318,10 @@ def test_a_simple_ring_slice_is_half_of_what_a_step_carries(a100_nodes):
                                                                       chunk)) for chunk in (1 * MIB, 4 * MIB))
     assert small.step_bytes == large.step_bytes == 8 * MIB / 8 / 8
     assert small.unit_bytes == large.unit_bytes == small.step_bytes / 2
-    assert small.sync_us == large.sync_us == 2 * SIMPLE_SLICE_SYNC_US
+    assert small.sync_us == large.sync_us == 2 * DEFAULT_PARAMS.protocol.simple_slice_sync_us
     tiny = build_schedule(geom, Op.ALLREDUCE, 64 * 8 * 8 * 8, Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 8, 256,
                                                                    1 * MIB))
-    assert tiny.unit_bytes == tiny.step_bytes and tiny.sync_us == SIMPLE_SLICE_SYNC_US
+    assert tiny.unit_bytes == tiny.step_bytes and tiny.sync_us == DEFAULT_PARAMS.protocol.simple_slice_sync_us
     ll = build_schedule(geom, Op.ALLREDUCE, 8 * MIB, Config(Algo.RING, Proto.LL, Transport.P2P, 8, 256, 32768))
     assert ll.sync_us == 0
 

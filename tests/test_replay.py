@@ -10,10 +10,11 @@ from tuner.config import Algo, Config, Proto, Transport
 from tuner.plan import Plan, PlanEntry, RankedSubspace
 from tuner.process_knobs import ProcessSettings
 from twin.hardware import gpu_spec
+from twin.params import DEFAULT_PARAMS
 from twin.placement import Communicator, Placement, PlacementError, cluster_for
 from twin.predict import predict
 from twin.replay import ReplayError, plan_configs, replay
-from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, roofline_us
+from twin.replay.compute import roofline_us
 from twin.topology import Cluster, load_cluster
 
 
@@ -134,7 +135,8 @@ def test_a_collective_overlapped_with_compute_hides_its_time(h100):
     assert t < 3000.0
     for rank in result.ranks:
         assert rank.exposed_comm_us == pytest.approx(0.0, abs=1e-6)
-        assert t <= rank.comm_us <= t / COPY_RATE_UNDER_COMPUTE   # compute takes copy rate from it
+        # compute takes copy rate from it
+        assert t <= rank.comm_us <= t / DEFAULT_PARAMS.compute.copy_rate_under_compute
     # Overlap: far less than one after the other.  While the kernel is resident (comm_us) it holds one SM
     # per channel, so the phase does that share less work then and finishes that much later.
     held = result.tasks[0].config.nchannels / h100.gpu.sm_count
@@ -325,7 +327,8 @@ def test_a_copy_bound_call_slows_while_compute_shares_its_gpu(h100):
     shared = replay(busy.trace(), h100, {task: one_channel}).tasks[0]
     schedule = Placement(quiet.trace(), h100).schedule((0, 1), task, one_channel)
     fixed = schedule.launch_us + schedule.n_steps * schedule.sync_us  # launch and slice hand-overs copy nothing
-    assert (shared.time_us - fixed) == pytest.approx((alone.time_us - fixed) / COPY_RATE_UNDER_COMPUTE, rel=0.02)
+    copy_rate = DEFAULT_PARAMS.compute.copy_rate_under_compute
+    assert (shared.time_us - fixed) == pytest.approx((alone.time_us - fixed) / copy_rate, rel=0.02)
 
 
 def test_calls_of_unknown_size_take_their_measured_time(h100):

@@ -1,8 +1,13 @@
-"""The one error every trace reader raises on bad input."""
+"""The root of ccltwin's errors on bad input, and the one every trace reader raises."""
 
 from __future__ import annotations
 
 from os import PathLike
+
+
+class CcltwinError(ValueError):
+    """Bad input that ccltwin reports in one line naming the file and the problem (exit 2), as
+    opposed to a bug, which shows its traceback."""
 
 
 class TraceError(ValueError):

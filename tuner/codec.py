@@ -12,13 +12,19 @@ Readers raise ``FieldError`` whose message starts with the field's path in the d
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any
+from collections.abc import Callable
+from os import PathLike
+from typing import Any, TypeVar
 
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport, parse_enum
 
-__all__ = ["FieldError", "config_from_dict", "config_to_dict", "get_field", "task_from_dict", "task_to_dict"]
+__all__ = ["FieldError", "config_from_dict", "config_to_dict", "get_field", "read_document", "task_from_dict",
+           "task_to_dict"]
+
+T = TypeVar("T")
 
 
 class FieldError(ValueError):
@@ -61,6 +67,22 @@ def get_field(obj: Any, key: str, kind: str, where: str, default: Any = ..., *, 
     if not check(value):
         raise FieldError(f"{where}.{key}: expected {name}, got {_show(value)}")
     return value
+
+
+def read_document(path: str | PathLike[str], what: str, parse: Callable[[Any], T], error: type[ValueError]) -> T:
+    """The JSON file at ``path`` read by ``parse``; a file that cannot be read, is not JSON, or
+    that ``parse`` rejects with a ``FieldError`` raises ``error`` naming the file and the problem."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            doc = json.load(file)
+    except OSError as err:
+        raise error(f"{path}: cannot read the {what} ({err.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise error(f"{path}: not a readable JSON {what} ({err})") from None
+    try:
+        return parse(doc)
+    except FieldError as err:
+        raise error(f"{path}: {err}") from None
 
 
 def _show(value: Any) -> str:

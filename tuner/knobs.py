@@ -20,6 +20,10 @@ from enum import IntEnum, StrEnum
 
 Version = tuple[int, int, int]
 
+DEFAULT_NCCL_VERSION: Version = (2, 28, 9)
+"""The NCCL release modelled when none is given: the one whose tables ``twin.nccl_model`` carries
+and on which our H200 measurements ran."""
+
 
 class Knob(StrEnum):
     """The six fields of a :class:`~tuner.config.Config`, named as the dataclass names them."""

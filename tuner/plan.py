@@ -18,7 +18,15 @@ from typing import Any
 
 from traces.task import GROUP_SHAPE, Task
 from traces.trace_file import write_atomic
-from tuner.codec import FieldError, config_from_dict, config_to_dict, get_field, task_from_dict, task_to_dict
+from tuner.codec import (
+    FieldError,
+    config_from_dict,
+    config_to_dict,
+    get_field,
+    read_document,
+    task_from_dict,
+    task_to_dict,
+)
 from tuner.config import Config, Subspace
 from tuner.identity import normalise_identity
 from tuner.process_knobs import ProcessSettings
@@ -204,14 +212,4 @@ def save_plan(plan: Plan, path: str | PathLike[str]) -> None:
 
 def load_plan(path: str | PathLike[str]) -> Plan:
     """Read a plan file; raises ``PlanError`` naming the file and the problem."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            doc = json.load(file)
-    except OSError as err:
-        raise PlanError(f"{path}: cannot read the plan ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise PlanError(f"{path}: not a readable JSON plan ({err})") from None
-    try:
-        return Plan.from_dict(doc)
-    except FieldError as err:
-        raise PlanError(f"{path}: {err}") from None
+    return read_document(path, "plan", Plan.from_dict, PlanError)

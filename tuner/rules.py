@@ -2,7 +2,10 @@
 
 An AllGather on 8 GPUs of one NVSwitch node can run Ring (LL, LL128, Simple) and NVLS
 (Simple only), but not Tree (NCCL has no Tree AllGather) nor PAT (one GPU per node only).
-:func:`subspace_problem` answers such questions from plain facts, with the reason.
+:func:`subspace_problem` answers such questions from plain facts, with the reason.  The table
+of kernels NCCL has (:func:`implementation_problem`) and the rules of a communicator's shape
+(:func:`layout_problem`) are the ones the twin's model and its emulation of NCCL's cost model
+read too.
 
 Facts carried over from NCCL (research/nccl-mechanisms.md; ``src/enqueue.cc``, ``src/graph``):
 the algorithms each op implements, NVLS/CollNet/PAT running the Simple protocol only, NVLS
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 from traces.task import Op
 from tuner.config import Algo, Proto, Subspace, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 
 ALGORITHMS_FOR_OP = {
     Op.ALLREDUCE: (Algo.RING, Algo.TREE, Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN),
@@ -31,6 +35,12 @@ ALGORITHMS_FOR_OP = {
 
 SIMPLE_ONLY = frozenset({Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN, Algo.PAT})
 """Algorithms NCCL runs with the Simple protocol only."""
+
+POINT_TO_POINT = (Op.ALLTOALL, Op.SENDRECV)
+"""Ops NCCL runs as point-to-point sends and receives (Simple protocol only), not as collectives."""
+
+SINGLE_RANK = "a 1-rank communicator copies locally; nothing to tune"
+"""Why no subspace applies on a communicator of one rank (except SendRecv, a copy to oneself)."""
 
 TRANSPORT_AWARE = frozenset({Algo.RING, Algo.TREE})
 """Algorithms whose intra-node hops go over the chosen transport (NVLS uses NVSwitch multicast,
@@ -53,7 +63,7 @@ class CommFacts:
     """Streaming multiprocessors per GPU (each channel is one CTA on one SM)."""
     sm_version: int
     """Compute capability × 10 (90 for H100)."""
-    nccl_version: tuple[int, int, int] = (2, 28, 9)
+    nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION
     nvls: bool = False
     """NVLink SHARP (NVSwitch multicast) is available and enabled."""
     collnet: bool = False
@@ -100,6 +110,39 @@ class CommFacts:
         }
 
 
+def implementation_problem(op: Op, algo: Algo, proto: Proto) -> str | None:
+    """Why NCCL has no kernel for ``op`` with ``algo`` and ``proto``, or ``None`` if it has one.
+
+    >>> implementation_problem(Op.ALLREDUCE, Algo.NVLS, Proto.LL)
+    'nvls runs only with the simple protocol'
+    >>> implementation_problem(Op.REDUCESCATTER, Algo.PAT, Proto.SIMPLE) is None
+    True
+    """
+    if algo not in ALGORITHMS_FOR_OP[op]:
+        names = ", ".join(a.value for a in ALGORITHMS_FOR_OP[op])
+        return f"{op} has no {algo} algorithm (NCCL offers {names})"
+    if algo in SIMPLE_ONLY and proto is not Proto.SIMPLE:
+        return f"{algo} runs only with the simple protocol"
+    if op in POINT_TO_POINT and proto is not Proto.SIMPLE:
+        return f"{op} is point-to-point and uses the simple protocol"
+    return None
+
+
+def layout_problem(op: Op, algo: Algo, nnodes: int, ppn: int) -> str | None:
+    """Why ``algo`` cannot run ``op`` on ``nnodes`` nodes of ``ppn`` ranks each, or ``None``.
+
+    >>> layout_problem(Op.ALLGATHER, Algo.PAT, nnodes=1, ppn=8)
+    'pat needs exactly one GPU per node'
+    """
+    if algo is Algo.NVLS_TREE and nnodes == 1:
+        return "nvls_tree needs more than one node"
+    if algo is Algo.NVLS and nnodes > 1 and op is not Op.ALLREDUCE:
+        return f"nvls {op} runs within one node only"
+    if algo is Algo.PAT and ppn != 1:
+        return "pat needs exactly one GPU per node"
+    return None
+
+
 def subspace_problem(op: Op, subspace: Subspace, facts: CommFacts) -> str | None:
     """Why NCCL cannot run ``subspace`` for ``op`` on this communicator, or ``None`` if it can.
 
@@ -111,27 +154,19 @@ def subspace_problem(op: Op, subspace: Subspace, facts: CommFacts) -> str | None
     """
     algo, proto = subspace.algo, subspace.proto
     if facts.nranks == 1 and op is not Op.SENDRECV:
-        return "a 1-rank communicator copies locally; nothing to tune"
-    if algo not in ALGORITHMS_FOR_OP[op]:
-        names = ", ".join(a.value for a in ALGORITHMS_FOR_OP[op])
-        return f"{op} has no {algo} algorithm (NCCL offers {names})"
-    if algo in SIMPLE_ONLY and proto is not Proto.SIMPLE:
-        return f"{algo} runs only with the simple protocol"
-    if op in (Op.ALLTOALL, Op.SENDRECV) and proto is not Proto.SIMPLE:
-        return f"{op} is point-to-point and uses the simple protocol"
+        return SINGLE_RANK
+    if problem := implementation_problem(op, algo, proto):
+        return problem
     if proto is Proto.LL128 and not facts.ll128:
         return "LL128 is disabled here (NCCL enables it only over NVLink; NCCL_PROTO can force it per communicator)"
     if algo in (Algo.NVLS, Algo.NVLS_TREE) and not facts.nvls:
         return f"{algo} needs NVLink SHARP (NVSwitch multicast), not available here"
-    if algo is Algo.NVLS_TREE and facts.nnodes == 1:
-        return "nvls_tree needs more than one node"
-    if algo is Algo.NVLS and facts.nnodes > 1 and op is not Op.ALLREDUCE:
-        return f"nvls {op} runs within one node only"
-    if algo is Algo.PAT:
-        if tuple(facts.nccl_version) < PAT_SINCE:
-            return f"pat needs NCCL ≥ {'.'.join(map(str, PAT_SINCE))}"
-        if facts.ppn != 1 or not facts.pat:
-            return "pat needs exactly one GPU per node" if facts.ppn != 1 else "pat is disabled"
+    if algo is Algo.PAT and tuple(facts.nccl_version) < PAT_SINCE:
+        return f"pat needs NCCL ≥ {'.'.join(map(str, PAT_SINCE))}"
+    if problem := layout_problem(op, algo, facts.nnodes, facts.ppn):
+        return problem
+    if algo is Algo.PAT and not facts.pat:
+        return "pat is disabled"
     if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) and not facts.collnet:
         return f"{algo} needs in-network reduction (SHARP) switches, not available here"
     return transport_problem(subspace, facts)

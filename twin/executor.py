@@ -22,11 +22,12 @@ import numpy as np
 
 from traces.task import Task
 from tuner.config import Config, Subspace, Transport
-from tuner.knobs import ALL_TIERS
+from tuner.knobs import ALL_TIERS, DEFAULT_NCCL_VERSION
 from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace
 from twin.fastpath import sweep_subspace
 from twin.model.schedule import Unsupported
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Communicator, PlacementError, TaskPlacement
 from twin.rank import comm_facts
 from twin.topology import Cluster
@@ -36,13 +37,15 @@ SPIKE_RANGE = (0.05, 0.25)
 
 
 class TwinExecutor:
-    """Measure configs of any task on ``cluster`` with the twin (every knob tier can change)."""
+    """Measure configs of any task on ``cluster`` with the twin and its physical constants
+    ``params`` (every knob tier can change)."""
 
     tiers = ALL_TIERS
 
     def __init__(self, cluster: Cluster, *, noise: float = 0.02, spike_prob: float = 0.05, seed: int = 0,
-                 nccl_version: tuple[int, int, int] = (2, 28, 9),
-                 transports: tuple[Transport, ...] = (Transport.P2P, Transport.SHM)):
+                 nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
+                 transports: tuple[Transport, ...] = (Transport.P2P, Transport.SHM),
+                 params: TwinParams = DEFAULT_PARAMS):
         if not 0 <= noise < 0.5:
             raise ValueError(f"noise must be a relative sigma in [0, 0.5), got {noise}")
         if not 0 <= spike_prob <= 1:
@@ -53,8 +56,9 @@ class TwinExecutor:
         self.seed = seed
         self.nccl_version = nccl_version
         self.transports = transports
+        self.params = params
         self.hardware = cluster.identity
-        self.placement = TaskPlacement(cluster, nccl_version=nccl_version)
+        self.placement = TaskPlacement(cluster, nccl_version=nccl_version, params=params)
         self._times: dict[tuple[Task, Config], float] = {}
         self._tables: dict[tuple[Task, Subspace], tuple[ConfigSpace, np.ndarray]] = {}
         self._counts: dict[tuple[Task, Config], int] = {}

@@ -23,12 +23,14 @@ import numpy as np
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Algo, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from tuner.plan import Plan, PlanEntry, RankedSubspace
 from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace, ResourceGrid
 from twin.fastpath import sweep_subspace
 from twin.model.schedule import Unsupported
 from twin.nccl_model.cost_table import ll128_default
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Communicator, Placement, TaskPlacement, describe
 from twin.process_tuning import ProcessTuning, tune_process_settings
 from twin.topology import Cluster
@@ -117,9 +119,10 @@ def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, 
     return PlanEntry(task=task, ranked=tuple(ranked), default=default, calls_per_iteration=calls_per_iteration)
 
 
-def rank_trace(trace: Trace, cluster: Cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
-               max_channels: int | None = None) -> Ranking:
-    """The warm-start plan of every distinct task of ``trace`` on ``cluster``, rank r on GPU r.
+def rank_trace(trace: Trace, cluster: Cluster, *, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
+               max_channels: int | None = None, params: TwinParams = DEFAULT_PARAMS) -> Ranking:
+    """The warm-start plan of every distinct task of ``trace`` on ``cluster``, rank r on GPU r,
+    predicted with the twin's physical constants ``params``.
 
     Per-process settings are chosen over all tasks weighted by their calls per iteration
     (``twin.process_tuning``). Tasks without a size are not in ``Trace.tasks`` and so not here.
@@ -127,16 +130,17 @@ def rank_trace(trace: Trace, cluster: Cluster, *, nccl_version: tuple[int, int, 
     """
     notes: list[str] = []
     tasks = _sized(trace.tasks(), notes)
-    comms = Placement(trace, cluster, nccl_version).task_communicators()
+    comms = Placement(trace, cluster, nccl_version, params=params).task_communicators()
     return _rank([(task, calls, comms[task]) for task, calls in tasks], cluster, nccl_version, max_channels, notes)
 
 
-def rank_tasks(tasks: dict[Task, float], cluster: Cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9),
-               max_channels: int | None = None) -> Ranking:
+def rank_tasks(tasks: dict[Task, float], cluster: Cluster, *, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
+               max_channels: int | None = None, params: TwinParams = DEFAULT_PARAMS) -> Ranking:
     """Rank ``tasks`` given without a trace (task → calls per iteration) on ``cluster``, each on
-    the GPUs its shape names (``twin.placement.TaskPlacement``); ``max_channels`` as in ``rank_task``."""
+    the GPUs its shape names (``twin.placement.TaskPlacement``); ``max_channels`` and ``params``
+    as in ``rank_trace``."""
     notes: list[str] = []
-    placement = TaskPlacement(cluster, nccl_version=nccl_version)
+    placement = TaskPlacement(cluster, nccl_version=nccl_version, params=params)
     placed = []
     for task, calls in _sized(tasks, notes):
         comm, note = placement.place(task)

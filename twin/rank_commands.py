@@ -21,6 +21,7 @@ from traces.errors import TraceError
 from traces.task import Task
 from traces.trace_file import check_writable, load_trace
 from tuner.export import write_env, write_tuner_csv
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from tuner.measurement import Measurement
 from tuner.plan import Plan, PlanEntry, PlanError, save_plan
 from twin.placement import PlacementError, cluster_for, shaped_tasks
@@ -30,6 +31,9 @@ from twin.topology import TopologyError
 HEADER = (f"{'op':<13} {'size (B)':>12} {'ranks':>5} {'group':<6} {'calls/it':>8}  {'best subspace':<24} "
           f"{'nc':>3} {'nt':>4} {'chunk':>8} {'best (us)':>10}  {'NCCL default':<24} {'default (us)':>12} "
           f"{'speedup':>7}")
+
+DEFAULT_VERSION_TEXT = ".".join(map(str, DEFAULT_NCCL_VERSION))
+"""``--nccl-version``'s default, as the option spells it."""
 
 
 def _row(e: PlanEntry) -> str:
@@ -42,7 +46,8 @@ def _row(e: PlanEntry) -> str:
 def _version(text: str) -> tuple[int, int, int]:
     parts = text.split(".")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise typer.BadParameter(f"{text!r}: expected MAJOR.MINOR.PATCH, e.g. 2.28.9", param_hint="--nccl-version")
+        raise typer.BadParameter(f"{text!r}: expected MAJOR.MINOR.PATCH, e.g. {DEFAULT_VERSION_TEXT}",
+                                 param_hint="--nccl-version")
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
@@ -55,7 +60,7 @@ def rank(
     gpus_per_node: Annotated[int | None, typer.Option(help="Use the first G GPUs of each node.")] = None,
     nics_per_node: Annotated[int | None, typer.Option(help="Keep the first K NICs of each node.")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="Line rate of every NIC, Gb/s.")] = None,
-    nccl_version: Annotated[str, typer.Option(help="NCCL release to model.")] = "2.28.9",
+    nccl_version: Annotated[str, typer.Option(help="NCCL release to model.")] = DEFAULT_VERSION_TEXT,
     max_channels: Annotated[int | None, typer.Option(
         help="Sweep channels up to N (default: each communicator's own channel count).")] = None,
     env: Annotated[Path | None, typer.Option(help="Also write the per-process NCCL_* settings here.")] = None,

@@ -31,6 +31,7 @@ from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Config, Transport
 from tuner.space import CHANNEL_FIELD_MAX, ConfigError
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Communicator, Placement, cluster_for
 from twin.rank import call_cost, rank_task
 from twin.replay import ReplayResult, TaskTimes, replay
@@ -207,7 +208,7 @@ def tune(trace: Trace, placement: Placement, default: ReplayResult) -> ReplayRes
     NCCL's default goes back to it and the trace is replayed again; if the iteration is still
     slower, NCCL's default stays for every task."""
     configs = tuned_configs(placement, default)
-    tuned = replay(trace, placement.cluster, configs, placement=placement)
+    tuned = replay(trace, placement.cluster, configs, placement=placement, params=placement.params)
     sms = placement.cluster.gpu.sm_count
     before = {t.task: t for t in default.tasks}
     losers = [t.task for t in tuned.tasks
@@ -215,7 +216,7 @@ def tune(trace: Trace, placement: Placement, default: ReplayResult) -> ReplayRes
     if losers:
         for task in losers:
             del configs[task]
-        tuned = replay(trace, placement.cluster, configs, placement=placement)
+        tuned = replay(trace, placement.cluster, configs, placement=placement, params=placement.params)
     if tuned.mean_iteration_us > default.mean_iteration_us:
         return replace(default, notes=(*default.notes, "no tuned configuration shortened the iteration: "
                                        "NCCL's default kept for every task"))
@@ -225,11 +226,13 @@ def tune(trace: Trace, placement: Placement, default: ReplayResult) -> ReplayRes
 # ---- the report ----------------------------------------------------------------------------
 
 
-def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True) -> ClusterReport:
-    """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given)."""
+def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True, params: TwinParams = DEFAULT_PARAMS
+             ) -> ClusterReport:
+    """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given),
+    with the twin's physical constants ``params``."""
     cluster = cluster_for(trace, candidate.topology, nodes=candidate.nodes)
-    placement = Placement(trace, cluster)
-    default = replay(trace, cluster, placement=placement)
+    placement = Placement(trace, cluster, params=params)
+    default = replay(trace, cluster, placement=placement, params=params)
     tuned_result = tune(trace, placement, default) if tuned else None
     by_task = {t.task: t for t in tuned_result.tasks} if tuned_result else {}
     price = candidate.price_per_gpu_hour
@@ -241,6 +244,7 @@ def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True) -> Clust
         tasks=tuple(TaskComparison(t, by_task.get(t.task)) for t in default.tasks))
 
 
-def what_if(trace: Trace, candidates: list[Candidate], *, tuned: bool = True, name: str = "trace") -> WhatIfReport:
-    """``trace`` on every candidate cluster, in the order given."""
-    return WhatIfReport(name, trace, tuple(evaluate(trace, c, tuned=tuned) for c in candidates))
+def what_if(trace: Trace, candidates: list[Candidate], *, tuned: bool = True, name: str = "trace",
+            params: TwinParams = DEFAULT_PARAMS) -> WhatIfReport:
+    """``trace`` on every candidate cluster, in the order given, with the twin's ``params``."""
+    return WhatIfReport(name, trace, tuple(evaluate(trace, c, tuned=tuned, params=params) for c in candidates))

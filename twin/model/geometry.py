@@ -16,11 +16,9 @@ from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
 from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us
-from twin.model.protocols import ROOT_COMPLEX_P2P_EFFICIENCY, hop_latency_us, store_efficiency
+from twin.model.protocols import hop_latency_us, store_efficiency
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster, Hop
-
-MULTINODE_LL_INTRA_FACTOR = 1.8
-"""NCCL 2.8.4 ``src/graph/tuning.cc``: intra-node LL latency × 1.8 when the communicator spans nodes."""
 
 
 @dataclass(frozen=True)
@@ -46,14 +44,14 @@ class Flow:
                 return kind
         return "local"
 
-    def latency_us(self, proto: Proto, cpu_vendor: str = "intel") -> float:
+    def latency_us(self, proto: Proto, cpu_vendor: str = "intel", params: TwinParams = DEFAULT_PARAMS) -> float:
         """One step: the protocol's synchronisation on this kind of link; between nodes the
         proxy path (``netpath``) plus the fabric's switches and cables."""
         if self.kind != "net":
-            return hop_latency_us(proto, self.kind)
+            return hop_latency_us(proto, self.kind, params)
         fabric = sum(h.lat_us for h in self.hops if h.kind == "net")
         return net_step_latency_us(proto, fabric_us=fabric, cpu_vendor=cpu_vendor, gdr_send=self.gdr_send,
-                                   gdr_recv=self.gdr_recv)
+                                   gdr_recv=self.gdr_recv, params=params)
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,7 @@ class _Load:
                 out.net_recvs[f.dst] = out.net_recvs.get(f.dst, 0) + copies
         return out
 
-    def links(self, proto: Proto) -> tuple[LinkUse, ...]:
+    def links(self, proto: Proto, params: TwinParams) -> tuple[LinkUse, ...]:
         """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``."""
         raw: dict[tuple[str, str], float] = {}
         capacity: dict[tuple[str, str], float] = {}
@@ -110,14 +108,14 @@ class _Load:
             kind = (h.kind, dma, via_cpu)
             if kind not in efficiency:
                 # NIC transfers are large RDMA writes whatever the protocol's store size.
-                efficiency[kind] = store_efficiency(proto, h.kind, dma=dma) * (
-                    ROOT_COMPLEX_P2P_EFFICIENCY if via_cpu else 1.0)
+                efficiency[kind] = store_efficiency(proto, h.kind, dma=dma, params=params) * (
+                    params.link.root_complex_p2p_efficiency if via_cpu else 1.0)
             link = (h.src, h.dst)
             raw[link] = raw.get(link, 0.0) + count / efficiency[kind]
             capacity[link] = h.bw
         return tuple(LinkUse(k, v, capacity[k]) for k, v in raw.items())
 
-    def busiest_proxy_us(self, proto: Proto, cpu_vendor: str) -> float:
+    def busiest_proxy_us(self, proto: Proto, cpu_vendor: str, params: TwinParams) -> float:
         """CPU time the busiest proxy thread spends on one step of every flow.
 
         One thread per GPU posts every network step that GPU sends, and for Simple also reaps and
@@ -126,23 +124,29 @@ class _Load:
         gpus = self.net_sends.keys() | self.net_recvs.keys()
         actions = max((self.net_sends.get(g, 0) + self.net_recvs.get(g, 0) * (PROXY_ACTIONS[proto] - 1)
                        for g in gpus), default=0)
-        return actions * proxy_action_us(cpu_vendor)
+        return actions * proxy_action_us(cpu_vendor, params)
 
 
-def _share(load: _Load, proto: Proto, step_us: float) -> ChannelShare:
+def _share(load: _Load, proto: Proto, step_us: float, params: TwinParams) -> ChannelShare:
     """The share of the channels whose flows make ``load``; ``step_us``: the latency of one step."""
-    links = load.links(proto)
+    links = load.links(proto, params)
     gbps = min((u.capacity / u.raw_per_payload for u in links), default=math.inf)
     return ChannelShare(gbps=gbps, step_us=step_us, links=links)
 
 
 class CommGeometry:
-    """The ranks of one communicator on a cluster, with the transport NCCL uses inside nodes."""
+    """The ranks of one communicator on a cluster, with the transport NCCL uses inside nodes.
 
-    def __init__(self, cluster: Cluster, ranks: list[str] | None = None, transport: Transport = Transport.P2P):
+    ``params`` are the physical constants every share, latency and schedule of the communicator
+    is computed with (its caches hold results for them only).
+    """
+
+    def __init__(self, cluster: Cluster, ranks: list[str] | None = None, transport: Transport = Transport.P2P, *,
+                 params: TwinParams = DEFAULT_PARAMS):
         self.cluster = cluster
         self.ranks = list(ranks) if ranks is not None else cluster.gpus()
         self.transport = transport
+        self.params = params
         self._by_host: dict[int, list[str]] = {}
         for gpu in self.ranks:
             self._by_host.setdefault(cluster.host_of(gpu), []).append(gpu)
@@ -337,9 +341,9 @@ class CommGeometry:
         if key not in self._shares:
             load = self._load(pattern, nchannels)
             if pattern in _SAME_ON_EVERY_CHANNEL:
-                step = max((f.latency_us(proto, self.cpu_vendor) for f in self.channel_flows(pattern, 0)),
-                           default=0.0)
-                step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor))
+                step = max((f.latency_us(proto, self.cpu_vendor, self.params)
+                            for f in self.channel_flows(pattern, 0)), default=0.0)
+                step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
             else:
                 step = self.path_latency_us(pattern, proto)
             if pattern == "ring":
@@ -347,18 +351,17 @@ class CommGeometry:
                 # before the busiest proxy thread has done its part ("inter-node rings still have
                 # to launch nsteps * net overhead", NCCL tuning.cc).  Pipelines pay the proxy only
                 # on their network hops, inside those hops' latency.
-                step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor))
-            self._shares[key] = _share(load, proto, step)
+                step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
+            self._shares[key] = _share(load, proto, step, self.params)
         return self._shares[key]
 
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:
         """One step over ``flow``.  Inside a node of a communicator that spans nodes, an LL step
-        costs 1.8 times its single-node latency: NVIDIA's measurement, carried in NCCL 2.8's
-        tuning model (``if (nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8``); its cause is
-        not modelled here."""
-        lat = flow.latency_us(proto, self.cpu_vendor)
+        costs ``protocol.ll_multinode_intra_factor`` (1.8) times its single-node latency:
+        NVIDIA's measurement, carried in NCCL 2.8's tuning model; its cause is not modelled here."""
+        lat = flow.latency_us(proto, self.cpu_vendor, self.params)
         if proto is Proto.LL and self.nnodes > 1 and flow.kind != "net":
-            lat *= MULTINODE_LL_INTRA_FACTOR
+            lat *= self.params.protocol.ll_multinode_intra_factor
         return lat
 
     def _between_nodes(self, flow: Flow) -> bool:

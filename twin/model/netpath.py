@@ -34,66 +34,49 @@ Component times come from public measurements, not from the nccl-tests files:
 * Proxy per-step CPU cost: NCCL's ``getNetOverhead`` (1 µs on Intel, 2 µs on AMD x86), plus
   the wait until the progress loop comes round: an idle loop yields the CPU (``sched_yield``,
   ``src/proxy.cc``) once per pass, a system call of about a µs, so half a pass on average.
+
+Those times are parameters (``TwinParams.net``); the proxy's actions per step are NCCL's.
 """
 
 from __future__ import annotations
 
 from tuner.config import Proto
-
-PCIE_READ_RTT_US = 1.0
-"""A small DMA read across PCIe and its completion back (device → host memory → device)."""
-
-PCIE_WRITE_US = 0.5
-"""A posted PCIe write until the other side can see it: half a read round trip."""
-
-NIC_RDMA_WRITE_US = 1.1
-"""Small inline RDMA write NIC to NIC, no switch (perftest ``ib_write_lat``)."""
-
-PROXY_PICKUP_US = 0.5
-"""Until an idle proxy progress loop comes round to a ready step: half a pass that ends in
-``sched_yield``."""
-
-GDR_READ_EXTRA_US = 0.5
-"""The sending NIC reads GPU memory through a PCIe switch (peer to peer) instead of host memory:
-half a PCIe round trip more, the GPU's BAR being slower to answer than the memory controller."""
-
-NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
-"""One proxy action (post a send, reap a completion, post a flush), by CPU vendor: NCCL's
-``getNetOverhead``; other CPUs take the Intel figure, as NCCL does."""
+from twin.params import DEFAULT_PARAMS, TwinParams
 
 PROXY_ACTIONS = {Proto.LL: 1, Proto.LL128: 1, Proto.SIMPLE: 3}
 """Proxy actions on the critical path of one step: the send post; Simple adds the receiver's
 completion and flush (NCCL triples ``netOverhead`` for Simple)."""
 
 
-def proxy_action_us(cpu_vendor: str) -> float:
+def proxy_action_us(cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:
     """CPU time of one proxy action on this vendor's CPUs."""
-    return NET_OVERHEAD_US.get(cpu_vendor, NET_OVERHEAD_US["intel"])
+    return params.net.proxy_action_us(cpu_vendor)
 
 
-def proxy_overhead_us(proto: Proto, cpu_vendor: str) -> float:
+def proxy_overhead_us(proto: Proto, cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:
     """CPU time the proxy threads spend on one step of one network connection."""
-    return PROXY_ACTIONS[proto] * proxy_action_us(cpu_vendor)
+    return PROXY_ACTIONS[proto] * proxy_action_us(cpu_vendor, params)
 
 
 def net_step_latency_us(proto: Proto, *, fabric_us: float, cpu_vendor: str, gdr_send: bool = True,
-                        gdr_recv: bool = True) -> float:
+                        gdr_recv: bool = True, params: TwinParams = DEFAULT_PARAMS) -> float:
     """Latency of one network step from the sending kernel's store to the receiving kernel's go.
 
     ``fabric_us``: the switches and cables between the two NICs; ``gdr_send``/``gdr_recv``:
     whether each NIC reads/writes its GPU's memory directly (GPUDirect RDMA).
     """
+    net = params.net
     send_in_gpu = gdr_send and proto is not Proto.LL
     # The kernel's data (LL) or its fence and tail counter (LL128, Simple) reach the proxy.
-    signal = PCIE_WRITE_US + (0.0 if proto is Proto.LL else PCIE_WRITE_US)
-    proxy = PROXY_PICKUP_US + proxy_overhead_us(proto, cpu_vendor)
+    signal = net.pcie_write_us + (0.0 if proto is Proto.LL else net.pcie_write_us)
+    proxy = net.proxy_pickup_us + proxy_overhead_us(proto, cpu_vendor, params)
     # The NIC reads the payload (from the GPU through the switch with GPUDirect), then sends.
-    nic = PCIE_READ_RTT_US + (GDR_READ_EXTRA_US if send_in_gpu else 0.0) + NIC_RDMA_WRITE_US + fabric_us
+    nic = net.pcie_read_rtt_us + (net.gdr_read_extra_us if send_in_gpu else 0.0) + net.nic_rdma_write_us + fabric_us
     if proto is Proto.SIMPLE:
         # The receiving proxy flushes GPU-bound data (an RDMA read) and writes the tail counter,
         # which the kernel polls in host memory.
-        detect = PROXY_PICKUP_US + (PCIE_READ_RTT_US if gdr_recv else 0.0) + 1.5 * PCIE_READ_RTT_US
+        detect = net.proxy_pickup_us + (net.pcie_read_rtt_us if gdr_recv else 0.0) + 1.5 * net.pcie_read_rtt_us
     else:
         # The kernel polls the flags in line with the data: in its own memory, or across PCIe.
-        detect = 0.0 if gdr_recv else 1.5 * PCIE_READ_RTT_US
+        detect = 0.0 if gdr_recv else 1.5 * net.pcie_read_rtt_us
     return signal + proxy + nic + detect

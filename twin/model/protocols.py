@@ -18,12 +18,16 @@ What the twin adds is the physics those tables summarise:
   reduce loads twice), see ``schedule.memory_ops_per_byte``.  An LL CTA handles one line per
   thread at a time, so its rate grows linearly with threads, at a fixed time per operation.
 * Every link kind delivers a fraction of its raw rate to bulk payload (flow control, CRC,
-  encoding): ``LINK_EFFICIENCY``.
+  encoding).
+
+The numbers of that physics (header sizes, efficiencies, per-step latencies, copy rates) are
+parameters, ``twin.params.TwinParams``; what stays here is the protocols' formats.
 """
 
 from __future__ import annotations
 
 from tuner.config import Proto
+from twin.params import DEFAULT_PARAMS, TwinParams
 
 PAYLOAD_FRACTION = {Proto.LL: 0.5, Proto.LL128: 120 / 128, Proto.SIMPLE: 1.0}
 """Data bytes per wire byte of each protocol's format."""
@@ -37,85 +41,39 @@ PCIE_FLAG_STORE_BYTES = 32
 (the unit of every global-memory transaction, CUDA C++ Best Practices Guide, "Coalesced Access
 to Global Memory"); across PCIe each sector is one write TLP with its own ~24-byte header."""
 
-PACKET_HEADER_BYTES = {"nvlink": 16, "pcie": 24, "cpu": 24, "net": 0, "local": 0}
-"""Per-packet overhead; the NIC moves whole buffers by RDMA, so the protocol's store size does
-not matter there (only its payload fraction does)."""
 
-LINK_EFFICIENCY = {"nvlink": 0.84, "pcie": 1.0, "cpu": 0.75, "net": 0.92, "local": 1.0}
-"""Share of a link's one-way rate left for packets after flow control, CRC and encoding.
-PCIe links in the topology already carry usable rates (NCCL's convention: 12 GB/s for Gen3
-x16, 24 for Gen4), so only the per-packet header is charged there."""
-
-HOP_LATENCY_US = {
-    # link kind: (LL, LL128, Simple) per step, from NCCL's hwLatencies (ring rows).  Network
-    # steps are built from the proxy path instead (``netpath``).
-    "nvlink": (0.6, 1.9, 3.4),
-    "pcie": (1.0, 2.5, 5.7),
-    "cpu": (1.0, 2.5, 5.7),
-    "local": (0.0, 0.0, 0.0),
-}
-
-LAUNCH_US = {Proto.LL: 6.0, Proto.LL128: 7.5, Proto.SIMPLE: 7.5}
-"""Kernel launch, argument setup and the first flag round trip (NCCL's base latencies, rounded)."""
-
-EXTRA_GPU_LAUNCH_US = 2.3
-"""Each further GPU launched from the same host thread (nccl-tests ``-g N``) adds one launch."""
-
-PROTO_COPY_FACTOR = {Proto.LL128: 0.75, Proto.SIMPLE: 1.0}
-"""A channel's payload rate with LL128 as a share of Simple's: 120 data bytes per 128-byte line,
-each warp synchronised on its flag thread.  Measured on H200 (NCCL 2.28.9, 2-rank ring, 1-16
-channels, ``benchmarks/nccl_channels.py``): 0.74-0.83 of Simple for AllReduce, AllGather and
-ReduceScatter."""
-
-LL_OP_US = 0.19
-"""An LL thread handles one 16-byte line (8 data bytes) at a time: it polls the line until its
-flag is valid, then loads, reduces and stores what the primitive needs, and only then takes its
-next line.  So a channel moves ``nthreads × 8`` bytes per pass, and a pass lasts this long per
-memory operation of the primitive (rate linear in threads, no saturation).  Measured on H200
-(NCCL 2.28.9, 512 threads, ``benchmarks/nccl_channels.py``): a 2-rank ring sends 5.3 GB/s per
-channel for AllReduce (4 operations per byte), 4.1-4.3 for AllGather and ReduceScatter (5)."""
-
-
-ROOT_COMPLEX_P2P_EFFICIENCY = 0.72
-"""Peer-to-peer TLPs forwarded by a CPU's root complex (GPUs with no PCIe switch between them,
-nvidia-smi's NODE/SYS) move at about this share of the link rate: the host bridge is built for
-traffic to memory, not between its ports."""
-
-THREADS_AT_HALF_RATE = 160
-"""Threads at which a CTA reaches half its peak rate (memory parallelism saturates)."""
-
-
-CTA_HBM_SHARE = 0.0215
-"""Bytes one CTA loads plus stores per second with unlimited threads, as a share of its GPU's
-memory bandwidth.  Two measurements agree on it: 24 A100 channels of a ring AllReduce sustain
-about 595 GB/s of loads plus stores whether the ring has 2, 4 or 8 ranks (vTrain and Azure
-ND A100 v4 nccl-tests: busbw × operations per byte = 206×3, 222×2.67, 231×2.57; 0.0209 of
-1,555 GB/s at unlimited threads), and one channel of a 2-rank ring on H200 (NCCL 2.28.9,
-``benchmarks/nccl_channels.py``) sends 20.9 GB/s at 4 operations per byte (0.0225 of 4,800)."""
-
-
-def store_efficiency(proto: Proto, link_kind: str, *, dma: bool = False) -> float:
+def store_efficiency(proto: Proto, link_kind: str, *, dma: bool = False, params: TwinParams = DEFAULT_PARAMS
+                     ) -> float:
     """Payload bytes per raw link byte for ``proto`` on a link of ``link_kind``.
 
     ``dma``: the bytes are moved by a NIC or copy engine in full-size packets, so only the
-    protocol's payload fraction counts, not its store size.
+    protocol's payload fraction counts, not its store size.  The NIC moves whole buffers by RDMA,
+    so across the network the protocol's store size never matters (only its payload fraction).
     """
-    header = PACKET_HEADER_BYTES[link_kind]
+    if link_kind == "net":
+        efficiency, header = params.net.efficiency, 0.0
+    else:
+        link = params.link.of(link_kind)
+        efficiency, header = link.efficiency, link.header_bytes
     store = STORE_BYTES[Proto.SIMPLE if dma else proto]
     if link_kind in ("pcie", "cpu") and proto is not Proto.SIMPLE and not dma:
         store = PCIE_FLAG_STORE_BYTES
-    return LINK_EFFICIENCY[link_kind] * store / (store + header) * PAYLOAD_FRACTION[proto]
+    return efficiency * store / (store + header) * PAYLOAD_FRACTION[proto]
 
 
-def hop_latency_us(proto: Proto, link_kind: str) -> float:
-    return HOP_LATENCY_US[link_kind][proto.nccl_index]
+def hop_latency_us(proto: Proto, link_kind: str, params: TwinParams = DEFAULT_PARAMS) -> float:
+    """One step of ``proto`` over a link of ``link_kind`` inside a node (none without a link)."""
+    return 0.0 if link_kind == "local" else params.link.of(link_kind).step_us.of(proto)
 
 
-def cta_copy_gbps(hbm_gbps: float, proto: Proto, nthreads, ops_per_byte: float = 2.0):
+def cta_copy_gbps(hbm_gbps: float, proto: Proto, nthreads, ops_per_byte: float = 2.0, *,
+                  params: TwinParams = DEFAULT_PARAMS):
     """Payload rate of one channel's CTA with ``nthreads`` threads (scalar or numpy array) on a
     GPU with ``hbm_gbps`` of memory bandwidth, when each payload byte costs ``ops_per_byte``
-    bytes of loads and stores (2 for a plain copy).  LL is bound by its one-line passes."""
+    bytes of loads and stores (2 for a plain copy).  LL is bound by its one-line passes; LL128
+    copies at ``protocol.ll128_copy_factor`` of Simple's rate."""
     if proto is Proto.LL:
-        return nthreads * 8 / (LL_OP_US * 1e3 * ops_per_byte)
-    peak = CTA_HBM_SHARE * hbm_gbps * PROTO_COPY_FACTOR[proto] / ops_per_byte
-    return peak * nthreads / (nthreads + THREADS_AT_HALF_RATE)
+        return nthreads * 8 / (params.protocol.ll_op_us * 1e3 * ops_per_byte)
+    factor = params.protocol.ll128_copy_factor if proto is Proto.LL128 else 1.0
+    peak = params.cta.hbm_share * hbm_gbps * factor / ops_per_byte
+    return peak * nthreads / (nthreads + params.cta.threads_at_half_rate)

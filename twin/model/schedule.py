@@ -25,10 +25,11 @@ import numpy as np
 
 from traces.task import Op
 from tuner.config import Algo, Config, Proto
-from tuner.rules import ALGORITHMS_FOR_OP
+from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, layout_problem
 from twin.model.geometry import CommGeometry, LinkUse
-from twin.model.protocols import EXTRA_GPU_LAUNCH_US, LAUNCH_US, cta_copy_gbps
+from twin.model.protocols import cta_copy_gbps
 from twin.nccl_model.constants import MAXCHANNELS
+from twin.params import DEFAULT_PARAMS, TwinParams
 
 LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
 """LL/LL128 cut-through grain: what one warp writes before the receiver can act on it (LL: eight
@@ -46,25 +47,13 @@ def simple_slice_bytes(step_bytes):
     return np.maximum(step_bytes / 2, np.minimum(step_bytes, MIN_SIMPLE_SLICE_BYTES))
 
 
-SIMPLE_SLICE_SYNC_US = 3.0
-"""What handing over one Simple slice costs a Ring or Tree CTA, with nothing moving meanwhile: its
-threads meet at a barrier, fence the slice's stores, post the step counter to the peer, and
-the next primitive polls for its own (``prims_simple.h``).  The same threads wait, copy and
-post, so nothing hides it; NVLS and point-to-point kernels give those roles to separate warps.
-Measured, not taken from NCCL's tables (whose Simple NVLink step latency is 3.4 µs): the best
-fit to our 2×H200 AllReduce sweep between 2 and 32 MiB, where a step carries less than a
-chunk (``benchmarks/accuracy.py``: Ring Simple 12% → 6% error, Tree Simple 16% → 11%, and
-Azure A100 2-, 16- and 64-GPU files closer; vTrain's A100 LUT 5% → 8%)."""
-
-
-def slice_sync_us(algo: Algo, proto: Proto, slices_per_step):
-    """Per step, the CTA's hand-over of each Simple slice (LL and LL128 flag every line inline)."""
+def slice_sync_us(algo: Algo, proto: Proto, slices_per_step, params: TwinParams = DEFAULT_PARAMS):
+    """Per step, the Ring or Tree CTA's hand-over of each Simple slice
+    (``protocol.simple_slice_sync_us``; LL and LL128 flag every line inline, NVLS and
+    point-to-point kernels hand over in separate warps)."""
     if proto is not Proto.SIMPLE or algo not in (Algo.RING, Algo.TREE):
         return 0.0
-    return SIMPLE_SLICE_SYNC_US * np.ceil(slices_per_step - 1e-9)
-
-
-SIMPLE_ONLY = (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN, Algo.PAT)
+    return params.protocol.simple_slice_sync_us * np.ceil(slices_per_step - 1e-9)
 
 
 class Unsupported(ValueError):
@@ -130,29 +119,21 @@ class Schedule:
 
 
 def check_supported(geom: CommGeometry, op: Op, algo: Algo, proto: Proto) -> None:
-    """Raise ``Unsupported`` with the reason if NCCL cannot run ``algo``/``proto`` for ``op`` here."""
-    if algo not in ALGORITHMS_FOR_OP[op]:
-        names = ", ".join(a.value for a in ALGORITHMS_FOR_OP[op])
-        raise Unsupported(f"{op} has no {algo} algorithm (NCCL offers {names})")
-    if algo in SIMPLE_ONLY and proto is not Proto.SIMPLE:
-        raise Unsupported(f"{algo} runs only with the simple protocol")
-    if op in (Op.ALLTOALL, Op.SENDRECV) and proto is not Proto.SIMPLE:
-        raise Unsupported(f"{op} is point-to-point and uses the simple protocol")
+    """Raise ``Unsupported`` with the reason if NCCL cannot run ``algo``/``proto`` for ``op`` here
+    (the rules of ``tuner.rules``, checked against the cluster itself)."""
+    if problem := implementation_problem(op, algo, proto):
+        raise Unsupported(problem)
     if algo in (Algo.NVLS, Algo.NVLS_TREE) and not geom.cluster.has_nvswitch():
         raise Unsupported(f"{algo} needs NVSwitch (NVLink SHARP); this cluster has none")
     if algo in (Algo.NVLS, Algo.NVLS_TREE) and geom.cluster.gpu.sm_version < 90:
         raise Unsupported(f"{algo} needs Hopper or newer (sm_90); {geom.cluster.gpu.model} is "
                           f"sm_{geom.cluster.gpu.sm_version}")
-    if algo is Algo.NVLS_TREE and geom.nnodes == 1:
-        raise Unsupported("nvls_tree needs more than one node")
-    if algo is Algo.NVLS and geom.nnodes > 1 and op is not Op.ALLREDUCE:
-        raise Unsupported(f"nvls {op} runs within one node only")
-    if algo is Algo.PAT and geom.ppn != 1:
-        raise Unsupported("pat needs exactly one GPU per node")
+    if problem := layout_problem(op, algo, geom.nnodes, geom.ppn):
+        raise Unsupported(problem)
     if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) and not geom.collnet:
         raise Unsupported(f"{algo} needs in-network reduction (SHARP) switches; this fabric has none")
     if geom.nranks == 1 and op is not Op.SENDRECV:
-        raise Unsupported("a 1-rank communicator copies locally; nothing to tune")
+        raise Unsupported(SINGLE_RANK)
 
 
 def build_schedule(geom: CommGeometry, op: Op, nbytes: int, config: Config, *, gpus_per_process: int = 1
@@ -165,13 +146,16 @@ def build_schedule(geom: CommGeometry, op: Op, nbytes: int, config: Config, *, g
 
 def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Proto, nch: int, nthreads, chunk,
                  *, gpus_per_process: int = 1) -> Schedule:
-    """``build_schedule`` without the support check, with ``nthreads``/``chunk`` scalars or arrays."""
+    """``build_schedule`` without the support check, with ``nthreads``/``chunk`` scalars or arrays;
+    the physical constants are the geometry's (``CommGeometry.params``)."""
     n = geom.nranks
+    params = geom.params
     # One process driving every GPU of the node lets NCCL write straight into peers' buffers
     # (Simple and LL128; LL always goes through its flagged lines).
     direct = geom.nnodes == 1 and gpus_per_process >= geom.ppn and proto is not Proto.LL
-    copy = cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, memory_ops_per_byte(op, algo, n, direct))
-    launch = LAUNCH_US[proto] + EXTRA_GPU_LAUNCH_US * (gpus_per_process - 1)
+    copy = cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, memory_ops_per_byte(op, algo, n, direct),
+                         params=params)
+    launch = params.protocol.launch_us.of(proto) + params.protocol.extra_gpu_launch_us * (gpus_per_process - 1)
     per_channel = nbytes / nch
     unit = LL_UNIT_BYTES.get(proto, chunk / 2)
 
@@ -181,7 +165,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         if phases:
             # The channel's primitives run one after another, each at its own pace (below).
             cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
-                                                                           nthreads, 1.0))
+                                                                           nthreads, 1.0, params=params))
         gbps = np.minimum(share.gbps * rate_scale, cap)
         grain = chunk
         if shape == "pipeline":
@@ -194,9 +178,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                                  else unit, step_bytes)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
-                        slice_sync_us(algo, proto, step_bytes / grain_bytes))
+                        slice_sync_us(algo, proto, step_bytes / grain_bytes, params))
 
-    if op in (Op.SENDRECV, Op.ALLTOALL):
+    if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
         flows = geom.channel_flows(pattern, 0)
         share = geom.share(pattern, nch, proto)
@@ -221,7 +205,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         return shaped("pipeline", "chain", n - 1, 1)  # Broadcast, Reduce
     if algo is Algo.TREE:
         depth = (geom.ppn - 1) + math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else geom.ppn - 1
-        cap = tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct) if op is Op.ALLREDUCE else copy
+        cap = (tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct, params=params)
+               if op is Op.ALLREDUCE else copy)
         return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap)
     if algo is Algo.PAT:
         return shaped("rounds", "ring", max(1, math.ceil(math.log2(n))), n,
@@ -229,7 +214,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
         # In-switch reduction: each GPU sends its data once and receives the result once.
         inter = 2 * math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else 0
-        return shaped("pipeline", "nvls", 2 + inter, 1, rate_scale=NVLS_EFFICIENCY)
+        return shaped("pipeline", "nvls", 2 + inter, 1, rate_scale=params.link.nvls_efficiency)
     # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
     steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
     return shaped("pipeline", "tree", steps, 1)
@@ -247,7 +232,8 @@ def tree_split(proto: Proto, nthreads):
     return up, nthreads - up
 
 
-def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: bool):
+def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: bool, *,
+                  params: TwinParams = DEFAULT_PARAMS):
     """Payload rate of a tree AllReduce channel: the slowest thread group on the chain.
 
     A middle rank's reduce group receives, reduces and sends up (3 operations per byte) while its
@@ -256,11 +242,14 @@ def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: 
     and sends back (4).
     """
     up, down = tree_split(proto, nthreads)
+
+    def rate(threads, ops_per_byte: float):
+        return cta_copy_gbps(hbm_gbps, proto, threads, ops_per_byte, params=params)
+
     if nranks <= 2:
-        rate = np.minimum(cta_copy_gbps(hbm_gbps, proto, nthreads, 4.0), cta_copy_gbps(hbm_gbps, proto, up, 2.0))
-        return rate if direct else np.minimum(rate, cta_copy_gbps(hbm_gbps, proto, down, 2.0))
-    return np.minimum(cta_copy_gbps(hbm_gbps, proto, up, 3.0),
-                      cta_copy_gbps(hbm_gbps, proto, down, 2.0 if direct else 3.0))
+        both = np.minimum(rate(nthreads, 4.0), rate(up, 2.0))
+        return both if direct else np.minimum(both, rate(down, 2.0))
+    return np.minimum(rate(up, 3.0), rate(down, 2.0 if direct else 3.0))
 
 
 @dataclass(frozen=True)
@@ -347,7 +336,3 @@ def scaled_links(links: tuple, rate_scale: float) -> tuple:
     if rate_scale == 1.0:
         return links
     return tuple(LinkUse(u.link, u.raw_per_payload / rate_scale, u.capacity) for u in links)
-
-
-NVLS_EFFICIENCY = 0.85
-"""NVSwitch multimem reductions run at this share of NVLink rate (NCCL's Hopper nvlsEfficiency)."""

@@ -20,6 +20,7 @@ from functools import lru_cache
 
 from traces.task import Op
 from tuner.config import Algo, Proto
+from tuner.rules import implementation_problem
 from twin.nccl_model.constants import (
     HW_NET,
     HW_NVLINK,
@@ -159,15 +160,8 @@ def _graph(info: NcclCommInfo, algo: Algo) -> tuple[int, float, float]:
 
 
 def implemented(op: Op, algo: Algo, proto: Proto) -> bool:
-    """Whether NCCL has a kernel for ``op`` with this algorithm and protocol."""
-    if op in (Op.BROADCAST, Op.REDUCE):
-        return algo is Algo.RING
-    if op in (Op.ALLGATHER, Op.REDUCESCATTER) and algo not in (Algo.PAT, Algo.RING, Algo.NVLS,
-                                                               Algo.COLLNET_DIRECT):
-        return False
-    if op is Op.ALLREDUCE and algo is Algo.PAT:
-        return False
-    return proto is Proto.SIMPLE or algo in (Algo.TREE, Algo.RING, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN)
+    """Whether NCCL has a kernel for ``op`` with this algorithm and protocol (``tuner.rules``)."""
+    return implementation_problem(op, algo, proto) is None
 
 
 @lru_cache(maxsize=512)
@@ -228,8 +222,6 @@ def _tune_model(info: NcclCommInfo, op: Op) -> dict[tuple[Algo, Proto], tuple[fl
                 bus *= 0.85
             if a is Algo.PAT:
                 bus *= 0.75
-            if collnet and p is not Proto.SIMPLE:
-                bus = 0.0
             if a is Algo.COLLNET_DIRECT and p is Proto.SIMPLE:
                 if op in (Op.ALLGATHER, Op.REDUCESCATTER):
                     bus = ppn * min(bw_intra, bw_inter * 0.9)

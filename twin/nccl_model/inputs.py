@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.nccl_model.constants import MAX_NVLS_ARITY, MAXCHANNELS, release
 from twin.nccl_model.envparse import parse_algo_env, parse_proto_env
 
@@ -69,7 +70,7 @@ class NcclCommInfo:
     collnet_support: bool = False
     cpu_vendor: str = "intel"
     ll128_enabled: bool | None = None
-    nccl_version: tuple[int, int, int] = (2, 28, 9)
+    nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION
     nthreads_env: int | None = None
     ll128_nthreads_env: int | None = None
     buffsize: int = 4 << 20

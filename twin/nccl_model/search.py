@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.hardware import gpu_spec
 from twin.nccl_model.constants import MAXCHANNELS
 from twin.nccl_model.graph_search import BALANCED_TREE, NVLS, RING, TREE, Graph, compute
@@ -41,7 +42,7 @@ _SEARCHES: dict = {}  # host signature -> (system, ring, tree, nvls graphs); sea
 _CACHE_SIZE = 64
 
 
-def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, int, int] = (2, 28, 9),
+def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
               nvls_enable: bool = True, collnet: bool = False) -> NcclCommInfo:
     """Emulate NCCL's init on ``ranks`` (GPU node names of ``cluster.graph``, in rank order)."""
     graph = cluster.graph

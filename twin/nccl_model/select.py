@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from traces.task import Op
 from tuner.config import Algo, Proto
+from tuner.rules import POINT_TO_POINT
 from twin.nccl_model.constants import (
     COLLNET_THREAD_THRESHOLD,
     GRAIN_BYTES,
@@ -43,8 +44,6 @@ from twin.nccl_model.constants import (
 from twin.nccl_model.cost_table import cost_table, implemented, model_entry
 from twin.nccl_model.inputs import NcclCommInfo
 
-P2P_OPS = (Op.ALLTOALL, Op.SENDRECV)
-
 
 @dataclass(frozen=True)
 class NcclChoice:
@@ -67,7 +66,7 @@ class NcclChoice:
 
 def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32") -> NcclChoice:
     """What stock NCCL (no tuner plugin) does for ``op`` of ``nbytes`` on this communicator."""
-    if op in P2P_OPS:
+    if op in POINT_TO_POINT:
         return _p2p_choice(info, op, nbytes)
     table = cost_table(info, op, nbytes, dtype=dtype)
     best = cheapest(table)
@@ -97,7 +96,7 @@ def cheapest(table: dict[tuple[Algo, Proto], float]) -> tuple[Algo, Proto] | Non
 def default_resources(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto,
                       nbytes: int) -> tuple[int, int, int]:
     """(nchannels, nthreads, chunk_bytes) NCCL uses once ``algo``/``proto`` are forced."""
-    if op in P2P_OPS:
+    if op in POINT_TO_POINT:
         choice = _p2p_choice(info, op, nbytes)
         return choice.nchannels, choice.nthreads, choice.chunk_bytes
     if not implemented(op, algo, proto):

@@ -18,10 +18,12 @@ from collections.abc import Sequence
 
 from traces.task import Op, Task
 from tuner.config import Config, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.model.geometry import CommGeometry
 from twin.model.schedule import Schedule, build_schedule
 from twin.nccl_model import NcclCommInfo, nccl_choice
 from twin.nccl_model.search import comm_info
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster
 
 __all__ = ["Communicator", "PlacementError", "TaskPlacement", "describe", "first_gpus", "task_shape"]
@@ -57,12 +59,13 @@ class Communicator:
     """One NCCL communicator's calls on ``cluster``: among ``gpus`` (in rank order), with what NCCL's
     init finds on the whole communicator (these GPUs, unless made by ``among``).
 
-    ``params`` (the twin's physical constants) goes to the model when given; ``None`` is the
-    model's own default.
+    ``params`` are the twin's physical constants every geometry and schedule of the
+    communicator is computed with.
     """
 
     def __init__(self, cluster: Cluster, gpus: Sequence[str], *, gpus_per_process: int = 1,
-                 nccl_version: tuple[int, int, int] = (2, 28, 9), params=None) -> None:
+                 nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
+                 params: TwinParams = DEFAULT_PARAMS) -> None:
         self.cluster = cluster
         self.gpus = tuple(gpus)
         self.gpus_per_process = gpus_per_process
@@ -107,7 +110,7 @@ class Communicator:
         """The geometry of the GPUs a call runs on; ``PlacementError`` when NCCL could not form it."""
         if transport not in self._geoms:
             try:
-                self._geoms[transport] = CommGeometry(self.cluster, list(self.gpus), transport)
+                self._geoms[transport] = CommGeometry(self.cluster, list(self.gpus), transport, params=self.params)
             except ValueError as err:
                 raise PlacementError(f"a communicator on GPUs {', '.join(self.gpus)} cannot be placed: {err}") from None
         return self._geoms[transport]
@@ -124,9 +127,8 @@ class Communicator:
 
     def schedule(self, task: Task, config: Config) -> Schedule:
         """How one call of ``task`` with ``config`` runs here (raises ``Unsupported``)."""
-        options = {} if self.params is None else {"params": self.params}
         return build_schedule(self.geometry(config.transport), task.op, task.nbytes, config,
-                              gpus_per_process=self.gpus_per_process, **options)
+                              gpus_per_process=self.gpus_per_process)
 
 
 def task_shape(task: Task, gpus_per_node: int) -> tuple[tuple[int, int], str | None]:
@@ -158,7 +160,8 @@ class TaskPlacement:
     """Communicators of tasks given without a trace on ``cluster``: each on the first G GPUs of N
     nodes its shape names (``task_shape``), one communicator per shape."""
 
-    def __init__(self, cluster: Cluster, *, nccl_version: tuple[int, int, int] = (2, 28, 9), params=None) -> None:
+    def __init__(self, cluster: Cluster, *, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
+                 params: TwinParams = DEFAULT_PARAMS) -> None:
         self.cluster = cluster
         self.nccl_version = nccl_version
         self.params = params

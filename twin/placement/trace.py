@@ -19,7 +19,9 @@ from itertools import pairwise
 from traces.schema import CollectiveEvent, Trace
 from traces.task import Op, Task
 from tuner.config import Config
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.model.schedule import Schedule, Unsupported
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement.communicator import Communicator, PlacementError
 from twin.topology import Cluster, load_cluster
 
@@ -101,10 +103,10 @@ class Timed:
 
 class Placement:
     """The ranks of ``trace`` on ``cluster`` and the communicator of every call, built as calls
-    first need them; ``params`` goes to the model as ``Communicator`` takes it."""
+    first need them, with the twin's physical constants ``params``."""
 
-    def __init__(self, trace: Trace, cluster: Cluster, nccl_version: tuple[int, int, int] = (2, 28, 9), *,
-                 params=None) -> None:
+    def __init__(self, trace: Trace, cluster: Cluster, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION, *,
+                 params: TwinParams = DEFAULT_PARAMS) -> None:
         self.trace = trace
         self.cluster = cluster
         self.gpus = rank_gpus(trace, cluster)

@@ -1,8 +1,8 @@
 """How long a compute phase takes on the cluster's GPU, and how it and communication interfere.
 
 A phase of 2 TFLOP that moves 3 GB on an H100 takes at least 2e12 / (989e12 × 0.7) s of
-tensor time and 3e9 / (3,350e9 × 0.8) s of memory time; the roofline says the larger,
-1.1 ms here.  The rules, in order:
+tensor time and 3e9 / (3,350e9 × 0.8) s of memory time (the shares of peak real kernels reach,
+``TwinParams.compute``); the roofline says the larger, 1.1 ms here.  The rules, in order:
 
 1. the phase has ``flops`` or ``mem_bytes`` and a measured duration on a GPU the trace names:
    the measured time scaled by the two GPUs' roofline times (keeps what the measurement knows
@@ -17,7 +17,7 @@ Interference, while a phase and a communication kernel run on the same GPU at on
 * each channel of an NCCL kernel holds one SM for the kernel's whole life (it spins while it
   waits for peers), so the phase runs at ``1 - busy SMs / SMs`` of its speed;
 * the phase takes memory bandwidth from the kernel's copy loop, so the channel's copy rate
-  drops to ``COPY_RATE_UNDER_COMPUTE`` of what it is alone.  Only copy-bound collectives feel
+  drops to ``compute.copy_rate_under_compute`` of what it is alone.  Only copy-bound collectives feel
   it: one limited by NVLink or the NIC keeps its rate.
 """
 
@@ -27,34 +27,22 @@ from dataclasses import dataclass
 
 from traces.schema import ComputeEvent, Trace
 from twin.hardware import GpuSpec, TopologyError, gpu_spec, peak_tflops
-
-ACHIEVABLE_FLOPS_FRACTION = 0.7
-"""Share of dense peak FLOP/s that large training kernels reach (GEMM-heavy layers run at
-60–80 % of tensor peak; elementwise work is caught by the memory term)."""
-
-ACHIEVABLE_HBM_FRACTION = 0.8
-"""Share of the data-sheet memory bandwidth that streaming kernels reach."""
-
-COPY_RATE_UNDER_COMPUTE = 0.8
-"""A channel's copy rate while compute shares its GPU (HBM contention), relative to alone."""
-
-MIN_COMPUTE_SPEED = 0.05
-"""Floor of a phase's speed however many SMs communication holds (the scheduler still
-interleaves its blocks)."""
+from twin.params import DEFAULT_PARAMS, TwinParams
 
 DEFAULT_COMPUTE_DTYPE = "bfloat16"
 
 
-def roofline_us(gpu: GpuSpec, flops: float, mem_bytes: float, dtype: str = DEFAULT_COMPUTE_DTYPE) -> float:
+def roofline_us(gpu: GpuSpec, flops: float, mem_bytes: float, dtype: str = DEFAULT_COMPUTE_DTYPE, *,
+                params: TwinParams = DEFAULT_PARAMS) -> float:
     """Roofline time (µs) of ``flops`` and ``mem_bytes`` of device-memory traffic on ``gpu``."""
-    math_us = flops / (peak_tflops(gpu, dtype) * 1e6 * ACHIEVABLE_FLOPS_FRACTION)
-    memory_us = mem_bytes / (gpu.hbm_gbps * 1e3 * ACHIEVABLE_HBM_FRACTION)
+    math_us = flops / (peak_tflops(gpu, dtype) * 1e6 * params.compute.flops_fraction)
+    memory_us = mem_bytes / (gpu.hbm_gbps * 1e3 * params.compute.hbm_fraction)
     return max(math_us, memory_us)
 
 
-def compute_speed(busy_sms: int, gpu: GpuSpec) -> float:
+def compute_speed(busy_sms: int, gpu: GpuSpec, params: TwinParams = DEFAULT_PARAMS) -> float:
     """Speed of a compute phase (1 alone) while communication kernels hold ``busy_sms`` SMs."""
-    return max(MIN_COMPUTE_SPEED, 1.0 - busy_sms / gpu.sm_count)
+    return max(params.compute.min_speed, 1.0 - busy_sms / gpu.sm_count)
 
 
 def trace_gpu(trace: Trace) -> GpuSpec | None:
@@ -77,15 +65,16 @@ class ComputeTimer:
     gpu: GpuSpec
     source: GpuSpec | None
     dtype: str = DEFAULT_COMPUTE_DTYPE
+    params: TwinParams = DEFAULT_PARAMS
     kept_as_measured: int = 0
     """Phases timed as measured on another (or an unnamed) GPU model."""
     untimed: int = 0
     """Phases with neither a duration nor FLOPs/bytes: they take no time."""
 
     @classmethod
-    def for_trace(cls, trace: Trace, gpu: GpuSpec) -> ComputeTimer:
+    def for_trace(cls, trace: Trace, gpu: GpuSpec, params: TwinParams = DEFAULT_PARAMS) -> ComputeTimer:
         dtype = trace.metadata.get("compute_dtype") or trace.metadata.get("dtype") or DEFAULT_COMPUTE_DTYPE
-        return cls(gpu, trace_gpu(trace), str(dtype))
+        return cls(gpu, trace_gpu(trace), str(dtype), params)
 
     def time_us(self, event: ComputeEvent) -> float:
         measured = event.duration_us
@@ -93,10 +82,10 @@ class ComputeTimer:
             measured = event.end_us - event.start_us
         if event.flops is not None or event.mem_bytes is not None:
             flops, mem = event.flops or 0.0, float(event.mem_bytes or 0)
-            here = roofline_us(self.gpu, flops, mem, self.dtype)
+            here = roofline_us(self.gpu, flops, mem, self.dtype, params=self.params)
             if measured is None or self.source is None:
                 return here
-            there = roofline_us(self.source, flops, mem, self.dtype)
+            there = roofline_us(self.source, flops, mem, self.dtype, params=self.params)
             return measured * here / there if there > 0 else measured
         if measured is None:
             self.untimed += 1

@@ -31,8 +31,9 @@ from traces.task import Op, Task
 from tuner.config import Config
 from tuner.plan import Plan
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
+from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
-from twin.replay.compute import COPY_RATE_UNDER_COMPUTE, ComputeTimer, compute_speed
+from twin.replay.compute import ComputeTimer, compute_speed
 from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
 from twin.topology import Cluster
 
@@ -78,7 +79,8 @@ class _Replay:
         self.placement = placement
         self.configs = configs
         self.gpu = cluster.gpu
-        self.timer = ComputeTimer.for_trace(trace, self.gpu)
+        self.params = placement.params
+        self.timer = ComputeTimer.for_trace(trace, self.gpu, self.params)
         self.env = simpy.Environment()
         self.net = FluidNetwork(self.env)
         self.present = {r.rank for r in trace.ranks}
@@ -127,7 +129,7 @@ class _Replay:
         if work <= 0:
             return
         gpu = self.gpus[rank]
-        phase = self.net.start(work * WORK_UNITS_PER_US, (), compute_speed(gpu.busy_sms, self.gpu))
+        phase = self.net.start(work * WORK_UNITS_PER_US, (), compute_speed(gpu.busy_sms, self.gpu, self.params))
         gpu.computes.append(phase)
         if len(gpu.computes) == 1:
             self._recap_calls(gpu)
@@ -201,7 +203,7 @@ class _Replay:
 
     def _call_cap(self, call: _Call) -> float:
         computing = any(self.gpus[r].computes for r in call.present)
-        return lumped_cap_gbps(call.timed.schedule, COPY_RATE_UNDER_COMPUTE if computing else 1.0)
+        return lumped_cap_gbps(call.timed.schedule, self.params.compute.copy_rate_under_compute if computing else 1.0)
 
     # ---- interference --------------------------------------------------------------------
 
@@ -209,7 +211,7 @@ class _Replay:
         if not sms:
             return
         gpu.busy_sms += sms
-        speed = compute_speed(gpu.busy_sms, self.gpu)
+        speed = compute_speed(gpu.busy_sms, self.gpu, self.params)
         self.net.set_caps([(phase, speed) for phase in gpu.computes])
 
     def _recap_calls(self, gpu: _Gpu) -> None:
@@ -304,17 +306,20 @@ def plan_configs(plan: Plan) -> dict[Task, Config]:
 
 
 def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = None, *,
-           placement: Placement | None = None) -> ReplayResult:
-    """Replay ``trace`` on ``cluster`` (rank r on GPU r: ``twin.placement``).
+           placement: Placement | None = None, params: TwinParams = DEFAULT_PARAMS) -> ReplayResult:
+    """Replay ``trace`` on ``cluster`` (rank r on GPU r: ``twin.placement``) with the twin's
+    physical constants ``params``.
 
     ``configs`` maps tasks (as ``Trace.tasks`` names them) to the configuration to run them
     with (``plan_configs`` reads them off a warm-start plan); other tasks run with NCCL's
     default choice.  ``placement`` reuses the communicators of an earlier replay of the same
-    trace on the same cluster.  Raises ``twin.placement.PlacementError`` when the cluster has
+    trace on the same cluster with the same ``params``.  Raises ``twin.placement.PlacementError`` when the cluster has
     fewer GPUs than the trace's world size, ``ReplayError`` when a call can never complete.
     """
     if placement is None:
-        placement = Placement(trace, cluster)
+        placement = Placement(trace, cluster, params=params)
+    elif placement.params != params:
+        raise ValueError("the placement was built with other parameters than the replay's params")
     run = _Replay(trace, cluster, configs or {}, placement)
     run.run()
     return run.result(cluster.identity)

@@ -1,0 +1,307 @@
+"""The twin's physical constants as one frozen, typed parameter object.
+
+Picture a calibration run on two H200 nodes: it fits NVLink's efficiency, LL128's copy factor
+and the Simple slice hand-over to a few hundred measurements and saves the result as a profile
+(``twin.profile``); a later what-if loads it and passes it as ``params=`` to the model, both
+engines and the replay, and nothing else changes.  ``DEFAULT_PARAMS`` holds the numbers the
+twin has always used, each with its source.
+
+Every parameter has a dotted name (``link.nvlink.efficiency``), a unit and a valid range, so a
+fit can address each one by name and stay within its bounds:
+
+>>> DEFAULT_PARAMS.link.nvlink.efficiency
+0.84
+>>> TwinParams.bounds()["protocol.ll_op_us"]
+(0.001, 10.0)
+>>> slower = DEFAULT_PARAMS.replace(**{"link.nvlink.efficiency": 0.7})
+>>> slower.to_dict()["link.nvlink.efficiency"], slower == DEFAULT_PARAMS
+(0.7, False)
+
+What stays out: NCCL's own tables and formats, which the twin emulates exactly rather than fits
+(``twin.nccl_model.constants``, the LL/LL128 line formats in ``twin.model.protocols``), and the
+GPUs' data-sheet figures (``twin.hardware``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from numbers import Real
+from typing import Any
+
+from traces.errors import CcltwinError
+from tuner.config import Proto
+
+__all__ = ["DEFAULT_PARAMS", "Compute", "Cta", "IntraLink", "Links", "Network", "ParamsError", "ProtocolTimes",
+           "Protocols", "TwinParams"]
+
+
+class ParamsError(CcltwinError):
+    """Parameters that are not a valid ``TwinParams``: an unknown name, a value that is not a
+    finite number, or one outside the parameter's range."""
+
+
+def _param(default: float, unit: str, low: float, high: float) -> Any:
+    """A parameter field: its default, its unit, and the range a valid (or fitted) value lies in."""
+    return field(default=default, metadata={"unit": unit, "range": (low, high)})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProtocolTimes:
+    """A time per protocol, µs."""
+
+    ll: float = _param(0.0, "µs", 0.0, 100.0)
+    ll128: float = _param(0.0, "µs", 0.0, 100.0)
+    simple: float = _param(0.0, "µs", 0.0, 100.0)
+
+    def of(self, proto: Proto) -> float:
+        return (self.ll, self.ll128, self.simple)[proto.nccl_index]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IntraLink:
+    """One kind of link inside a node (NVLink, PCIe, a CPU link), as the protocols see it."""
+
+    efficiency: float = _param(1.0, "fraction", 0.05, 1.0)
+    """Share of the link's one-way rate left for packets after flow control, CRC and encoding."""
+    header_bytes: float = _param(0.0, "bytes", 0.0, 512.0)
+    """Per-packet overhead: a store of ``s`` bytes crosses the link as a packet of ``s + header``."""
+    step_us: ProtocolTimes = ProtocolTimes()
+    """One step of each protocol over this link, µs."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Links:
+    """The links inside a node: what each delivers to payload and what one step over it costs."""
+
+    nvlink: IntraLink = IntraLink(efficiency=0.84, header_bytes=16.0,
+                                  step_us=ProtocolTimes(ll=0.6, ll128=1.9, simple=3.4))
+    """NVLink: 16-byte packet headers; steps from NCCL's ``hwLatencies`` (NVLink, ring rows)."""
+    pcie: IntraLink = IntraLink(efficiency=1.0, header_bytes=24.0,
+                                step_us=ProtocolTimes(ll=1.0, ll128=2.5, simple=5.7))
+    """PCIe: a TLP costs about 24 bytes of header and framing.  Links in the topology already carry
+    usable rates (NCCL's convention: 12 GB/s for Gen3 x16, 24 for Gen4), so only the header is
+    charged; steps from NCCL's ``hwLatencies`` (PCI, ring rows)."""
+    cpu: IntraLink = IntraLink(efficiency=0.75, header_bytes=24.0,
+                               step_us=ProtocolTimes(ll=1.0, ll128=2.5, simple=5.7))
+    """A CPU's links (root complex, socket interconnect): PCIe TLPs, 3/4 of the rate left for
+    packets; steps from NCCL's ``hwLatencies`` (PCI, ring rows)."""
+    root_complex_p2p_efficiency: float = _param(0.72, "fraction", 0.05, 1.0)
+    """Peer-to-peer TLPs forwarded by a CPU's root complex (GPUs with no PCIe switch between them,
+    nvidia-smi's NODE/SYS) move at about this share of the link rate: the host bridge is built for
+    traffic to memory, not between its ports."""
+    nvls_efficiency: float = _param(0.85, "fraction", 0.05, 1.0)
+    """NVSwitch multimem reductions run at this share of NVLink rate (NCCL's Hopper nvlsEfficiency)."""
+
+    def of(self, kind: str) -> IntraLink:
+        """The link of ``kind`` (``nvlink``, ``pcie``, ``cpu``)."""
+        return {"nvlink": self.nvlink, "pcie": self.pcie, "cpu": self.cpu}[kind]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Network:
+    """A step between nodes: the NIC's share of its line rate and the proxy path's components.
+
+    Component times come from public measurements, not from the nccl-tests files (sources in
+    ``twin.model.netpath``).
+    """
+
+    efficiency: float = _param(0.92, "fraction", 0.05, 1.0)
+    """Share of a NIC's line rate left for payload after the fabric's headers and flow control."""
+    pcie_read_rtt_us: float = _param(1.0, "µs", 0.0, 50.0)
+    """A small DMA read across PCIe and its completion back (device → host memory → device):
+    0.5-1 µs on Xeon hosts (Neugebauer et al., SIGCOMM 2018)."""
+    pcie_write_us: float = _param(0.5, "µs", 0.0, 50.0)
+    """A posted PCIe write until the other side can see it: half a read round trip."""
+    nic_rdma_write_us: float = _param(1.1, "µs", 0.0, 50.0)
+    """Small inline RDMA write NIC to NIC, no switch (perftest ``ib_write_lat`` on ConnectX-6 HDR
+    back to back)."""
+    proxy_pickup_us: float = _param(0.5, "µs", 0.0, 50.0)
+    """Until an idle proxy progress loop comes round to a ready step: half a pass that ends in
+    ``sched_yield`` (``src/proxy.cc``), a system call of about a µs."""
+    gdr_read_extra_us: float = _param(0.5, "µs", 0.0, 50.0)
+    """The sending NIC reads GPU memory through a PCIe switch (peer to peer) instead of host memory:
+    half a PCIe round trip more, the GPU's BAR being slower to answer than the memory controller."""
+    proxy_action_intel_us: float = _param(1.0, "µs", 0.0, 50.0)
+    """One proxy action (post a send, reap a completion, post a flush) on Intel and other CPUs:
+    NCCL's ``getNetOverhead``."""
+    proxy_action_amd_us: float = _param(2.0, "µs", 0.0, 50.0)
+    """One proxy action on AMD CPUs: NCCL's ``getNetOverhead``."""
+
+    def proxy_action_us(self, cpu_vendor: str) -> float:
+        """CPU time of one proxy action on this vendor's CPUs (others take Intel's, as NCCL does)."""
+        return self.proxy_action_amd_us if cpu_vendor == "amd" else self.proxy_action_intel_us
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Protocols:
+    """What LL, LL128 and Simple cost beyond their links: launch, line passes, slice hand-overs."""
+
+    launch_us: ProtocolTimes = ProtocolTimes(ll=6.0, ll128=7.5, simple=7.5)
+    """Kernel launch, argument setup and the first flag round trip (NCCL's base latencies, rounded)."""
+    extra_gpu_launch_us: float = _param(2.3, "µs", 0.0, 100.0)
+    """Each further GPU launched from the same host thread (nccl-tests ``-g N``) adds one launch."""
+    ll_op_us: float = _param(0.19, "µs", 0.001, 10.0)
+    """An LL thread handles one 16-byte line (8 data bytes) at a time: it polls the line until its
+    flag is valid, then loads, reduces and stores what the primitive needs, and only then takes its
+    next line.  So a channel moves ``nthreads × 8`` bytes per pass, and a pass lasts this long per
+    memory operation of the primitive (rate linear in threads, no saturation).  Measured on H200
+    (NCCL 2.28.9, 512 threads, ``benchmarks/nccl_channels.py``): a 2-rank ring sends 5.3 GB/s per
+    channel for AllReduce (4 operations per byte), 4.1-4.3 for AllGather and ReduceScatter (5)."""
+    ll_multinode_intra_factor: float = _param(1.8, "ratio", 0.1, 10.0)
+    """Inside a node of a communicator that spans nodes, an LL step costs this many times its
+    single-node latency: NVIDIA's measurement, carried in NCCL 2.8.4's ``src/graph/tuning.cc``
+    (``if (nNodes > 1 && p == NCCL_PROTO_LL) intraLat *= 1.8``); its cause is not modelled."""
+    ll128_copy_factor: float = _param(0.75, "ratio", 0.05, 1.0)
+    """A channel's payload rate with LL128 as a share of Simple's: 120 data bytes per 128-byte line,
+    each warp synchronised on its flag thread.  Measured on H200 (NCCL 2.28.9, 2-rank ring, 1-16
+    channels, ``benchmarks/nccl_channels.py``): 0.74-0.83 of Simple for AllReduce, AllGather and
+    ReduceScatter."""
+    simple_slice_sync_us: float = _param(3.0, "µs", 0.0, 50.0)
+    """What handing over one Simple slice costs a Ring or Tree CTA, with nothing moving meanwhile:
+    its threads meet at a barrier, fence the slice's stores, post the step counter to the peer, and
+    the next primitive polls for its own (``prims_simple.h``).  The same threads wait, copy and
+    post, so nothing hides it; NVLS and point-to-point kernels give those roles to separate warps.
+    Measured, not taken from NCCL's tables (whose Simple NVLink step latency is 3.4 µs): the best
+    fit to our 2×H200 AllReduce sweep between 2 and 32 MiB, where a step carries less than a chunk
+    (``benchmarks/accuracy.py``: Ring Simple 12% → 6% error, Tree Simple 16% → 11%, and Azure A100
+    2-, 16- and 64-GPU files closer; vTrain's A100 LUT 5% → 8%)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cta:
+    """How fast one channel's CTA moves bytes: a share of its GPU's memory bandwidth, reached as
+    its threads put enough loads in flight."""
+
+    hbm_share: float = _param(0.0215, "fraction", 1e-4, 1.0)
+    """Bytes one CTA loads plus stores per second with unlimited threads, as a share of its GPU's
+    memory bandwidth.  Two measurements agree on it: 24 A100 channels of a ring AllReduce sustain
+    about 595 GB/s of loads plus stores whether the ring has 2, 4 or 8 ranks (vTrain and Azure
+    ND A100 v4 nccl-tests: busbw × operations per byte = 206×3, 222×2.67, 231×2.57; 0.0209 of
+    1,555 GB/s at unlimited threads), and one channel of a 2-rank ring on H200 (NCCL 2.28.9,
+    ``benchmarks/nccl_channels.py``) sends 20.9 GB/s at 4 operations per byte (0.0225 of 4,800)."""
+    threads_at_half_rate: float = _param(160.0, "threads", 1.0, 4096.0)
+    """Threads at which a CTA reaches half its peak rate (memory parallelism saturates)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Compute:
+    """How long compute phases take, and how they and communication kernels slow each other."""
+
+    flops_fraction: float = _param(0.7, "fraction", 0.01, 1.0)
+    """Share of dense peak FLOP/s that large training kernels reach (GEMM-heavy layers run at
+    60–80 % of tensor peak; elementwise work is caught by the memory term)."""
+    hbm_fraction: float = _param(0.8, "fraction", 0.01, 1.0)
+    """Share of the data-sheet memory bandwidth that streaming kernels reach."""
+    copy_rate_under_compute: float = _param(0.8, "fraction", 0.01, 1.0)
+    """A channel's copy rate while compute shares its GPU (HBM contention), relative to alone."""
+    min_speed: float = _param(0.05, "fraction", 0.0, 1.0)
+    """Floor of a phase's speed however many SMs communication holds (the scheduler still
+    interleaves its blocks)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TwinParams:
+    """Every fittable physical constant of the twin, grouped by what it describes.
+
+    Built from defaults, ``from_dict`` (dotted names), ``replace`` or ``dataclasses.replace``;
+    construction checks every value against its range.  Equal objects predict the same, so
+    caches may key on them.
+    """
+
+    link: Links = Links()
+    net: Network = Network()
+    protocol: Protocols = Protocols()
+    cta: Cta = Cta()
+    compute: Compute = Compute()
+
+    def __post_init__(self) -> None:
+        for name, value in _leaves(self):
+            _check_value(name, value)
+
+    def to_dict(self) -> dict[str, float]:
+        """Every parameter by dotted name, in declaration order."""
+        return dict(_leaves(self))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], *, where: str = "params") -> TwinParams:
+        """Parameters by dotted name; the ones not given keep their defaults.
+
+        Raises ``ParamsError`` starting with ``where`` (a file name) for an unknown name or a
+        value that is not a finite number in the parameter's range.
+
+        >>> TwinParams.from_dict({"cta.hbm_share": 0.02}).cta.hbm_share
+        0.02
+        >>> TwinParams.from_dict({"link.nvlink.speed": 1.0}, where="h200.json")
+        Traceback (most recent call last):
+        ...
+        twin.params.ParamsError: h200.json: unknown parameter 'link.nvlink.speed'
+        """
+        return DEFAULT_PARAMS._with(values, where)
+
+    def replace(self, **changes: float) -> TwinParams:
+        """A copy with the parameters named (dotted) in ``changes`` set."""
+        return self._with(changes, "params")
+
+    def _with(self, values: Mapping[str, Any], where: str) -> TwinParams:
+        for name, value in values.items():
+            if name not in _SPECS:
+                raise ParamsError(f"{where}: unknown parameter {name!r}")
+            _check_value(name, value, where)
+        return _rebuilt(self, "", {k: float(v) for k, v in values.items()})
+
+    @staticmethod
+    def bounds() -> dict[str, tuple[float, float]]:
+        """The valid range of every parameter, by dotted name (what a bounded fit may explore)."""
+        return {name: spec["range"] for name, spec in _SPECS.items()}
+
+    @staticmethod
+    def units() -> dict[str, str]:
+        """The unit of every parameter, by dotted name."""
+        return {name: spec["unit"] for name, spec in _SPECS.items()}
+
+
+def _check_value(name: str, value: Any, where: str = "params") -> None:
+    """Raise ``ParamsError`` unless ``value`` is a finite number within parameter ``name``'s range."""
+    spec = _SPECS[name]
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ParamsError(f"{where}: {name} must be a number ({spec['unit']}), got {value!r:.40}")
+    low, high = spec["range"]
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ParamsError(f"{where}: {name} = {value!r} is outside its range [{low:g}, {high:g}] ({spec['unit']})")
+
+
+def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
+    """Every parameter of ``obj`` (a group of parameters) by dotted name, with its value."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if is_dataclass(value):
+            yield from _leaves(value, f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", value
+
+
+def _specs(cls: type, prefix: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every parameter field of ``cls`` by dotted name, with its unit and range."""
+    for f in fields(cls):
+        if "unit" in f.metadata:
+            yield f"{prefix}{f.name}", f.metadata
+        else:
+            yield from _specs(type(f.default), f"{prefix}{f.name}.")
+
+
+def _rebuilt(obj: Any, prefix: str, values: dict[str, float]) -> Any:
+    """``obj`` with the parameters named in ``values`` replaced."""
+    kwargs = {}
+    for f in fields(obj):
+        name, value = f"{prefix}{f.name}", getattr(obj, f.name)
+        kwargs[f.name] = _rebuilt(value, f"{name}.", values) if is_dataclass(value) else values.get(name, value)
+    return type(obj)(**kwargs)
+
+
+_SPECS: dict[str, Mapping[str, Any]] = dict(_specs(TwinParams))
+"""Unit and range of every parameter, by dotted name."""
+
+DEFAULT_PARAMS = TwinParams()
+"""The twin's parameters as the sources above give them."""
