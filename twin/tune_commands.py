@@ -66,7 +66,7 @@ def replay(search: Search, stored: list[Measurement], executor: TwinExecutor) ->
             break
         if m.config == config:
             search.observe(config, m.time_us)
-            executor.replayed(m.task, config)
+            executor.resumed(m.task, config)
             n += 1
     return n
 
