@@ -35,8 +35,7 @@ from tuner.export import plugin_winners, tuner_rules, write_tuner_csv
 from tuner.measurement import Measurement
 from tuner.store import Store, StoreError
 from twin.placement import PlacementError, cluster_for, shaped_tasks
-from twin.rank import rank_trace
-from twin.rank_commands import predicted_winners
+from twin.rank import predicted_winners, rank_trace
 from twin.topology import TopologyError
 
 NCCL_FUNC = {"broadcast": 0, "reduce": 1, "allgather": 2, "reducescatter": 3, "allreduce": 4}

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from os import PathLike
 from typing import Any, TypeVar
 
+from traces.errors import CcltwinError
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport, parse_enum
 
@@ -27,7 +28,7 @@ __all__ = ["FieldError", "config_from_dict", "config_to_dict", "get_field", "rea
 T = TypeVar("T")
 
 
-class FieldError(ValueError):
+class FieldError(CcltwinError):
     """A field of a JSON document is missing or has the wrong type or value."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
+from traces.errors import CcltwinError
 from traces.task import GROUP_SHAPE, Task
 from traces.trace_file import write_atomic
 from tuner.codec import (
@@ -38,7 +39,7 @@ PLAN_FORMAT = "ccltwin-plan"
 PLAN_VERSION = 1
 
 
-class PlanError(ValueError):
+class PlanError(CcltwinError):
     """A plan file that cannot be read, or a plan that breaks its own rules."""
 
 

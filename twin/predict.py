@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from traces.errors import CcltwinError
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
 from twin.nccl_model import nccl_choice
@@ -85,5 +86,5 @@ def predict(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
 
         time_us = simulate([CollectiveRun(schedule)])[0]
     else:
-        raise ValueError(f"unknown engine {engine!r}; expected fast or des")
+        raise CcltwinError(f"unknown engine {engine!r}; expected fast or des")
     return Prediction(task, config, time_us, chosen_by, nccl_time)

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from traces.errors import CcltwinError
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Algo, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
+from tuner.measurement import Measurement
 from tuner.plan import Plan, PlanEntry, RankedSubspace
 from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace, ResourceGrid
@@ -35,7 +37,7 @@ from twin.placement import Communicator, Placement, TaskPlacement, describe
 from twin.process_tuning import ProcessTuning, tune_process_settings
 from twin.topology import Cluster
 
-__all__ = ["Ranking", "call_cost", "comm_facts", "rank_task", "rank_tasks", "rank_trace"]
+__all__ = ["Ranking", "call_cost", "comm_facts", "predicted_winners", "rank_task", "rank_tasks", "rank_trace"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, 
         space = ConfigSpace(task, comm_facts(comm, transports))
         config = comm.default_config(task)
         default = RankedSubspace(config=config, time_us=float(comm.schedule(task, config).time_us()))
-    except ValueError as err:  # ConfigError, Unsupported, a group NCCL could not form
+    except CcltwinError as err:  # ConfigError, Unsupported, a group NCCL could not form (PlacementError)
         raise ConfigError(f"{describe(task)}: {err}") from None
     sms = comm.cluster.gpu.sm_count
 
@@ -148,6 +150,14 @@ def rank_tasks(tasks: dict[Task, float], cluster: Cluster, *, nccl_version: tupl
             notes.append(note)
         placed.append((task, calls, comm))
     return _rank(placed, cluster, nccl_version, max_channels, notes)
+
+
+def predicted_winners(plan: Plan, shapes: dict[Task, Task]) -> list[Measurement]:
+    """Each plan entry's best config as a twin measurement of its task with a ``GxN`` group
+    (``shapes``: the task as the plan names it → the task with its group's shape)."""
+    return [Measurement(task=shapes.get(e.task, e.task), config=e.best.config, time_us=e.best.time_us,
+                        source="twin", hardware=plan.cluster, nccl_version=plan.nccl_version)
+            for e in plan.entries if e.best.time_us > 0]
 
 
 def _sized(tasks: dict[Task, float], notes: list[str]) -> list[tuple[Task, float]]:

@@ -39,6 +39,7 @@ __all__ = [
     "load_model",
     "load_parallelism",
     "load_workload",
+    "parse_overrides",
     "workload",
 ]
 
@@ -363,3 +364,17 @@ def workload(
     name = f"{getattr(the_model, 'name', model)}-{Path(parallelism).stem}"
     return Workload(name, the_model, the_plan)
 
+
+def parse_overrides(settings: list[str]) -> dict[str, Any]:
+    """Plan fields from ``FIELD=VALUE`` settings, values read as YAML scalars.
+
+    >>> parse_overrides(["micro_batches=4", "sequence_parallel=false"])
+    {'micro_batches': 4, 'sequence_parallel': False}
+    """
+    overrides = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise WorkloadError(f"--set takes FIELD=VALUE, got {setting!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides

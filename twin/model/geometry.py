@@ -18,7 +18,7 @@ from tuner.config import Proto, Transport
 from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us
 from twin.model.protocols import hop_latency_us, store_efficiency
 from twin.params import DEFAULT_PARAMS, TwinParams
-from twin.topology import Cluster, Hop
+from twin.topology import Cluster, Hop, TopologyError
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,8 @@ class CommGeometry:
             self._by_host.setdefault(cluster.host_of(gpu), []).append(gpu)
         sizes = {len(v) for v in self._by_host.values()}
         if len(sizes) != 1:
-            raise ValueError(f"ranks are spread unevenly over nodes: {sorted(len(v) for v in self._by_host.values())}")
+            raise TopologyError("ranks are spread unevenly over nodes: "
+                                f"{sorted(len(v) for v in self._by_host.values())}")
         self._hosts = list(self._by_host.values())
         self._host_rank = {gpu: h for h, gpus in enumerate(self._hosts) for gpu in gpus}
         self._nics = [cluster.channel_nics(gpus) for gpus in self._hosts] if len(self._hosts) > 1 else None

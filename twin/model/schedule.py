@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from traces.errors import CcltwinError
 from traces.task import Op
 from tuner.config import Algo, Config, Proto
 from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, layout_problem
@@ -56,7 +57,7 @@ def slice_sync_us(algo: Algo, proto: Proto, slices_per_step, params: TwinParams 
     return params.protocol.simple_slice_sync_us * np.ceil(slices_per_step - 1e-9)
 
 
-class Unsupported(ValueError):
+class Unsupported(CcltwinError):
     """The configuration is one NCCL cannot run here (wrong algorithm for the op or fabric)."""
 
 

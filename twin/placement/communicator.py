@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from traces.errors import CcltwinError
 from traces.task import Op, Task
 from tuner.config import Config, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
@@ -24,20 +25,20 @@ from twin.model.schedule import Schedule, build_schedule
 from twin.nccl_model import NcclCommInfo, nccl_choice
 from twin.nccl_model.search import comm_info
 from twin.params import DEFAULT_PARAMS, TwinParams
-from twin.topology import Cluster
+from twin.topology import Cluster, TopologyError
 
 __all__ = ["Communicator", "PlacementError", "TaskPlacement", "describe", "first_gpus", "task_shape"]
 
 _GRID_SHAPE = re.compile(r"(\d+)x(\d+)")
 
 
-class PlacementError(ValueError):
+class PlacementError(CcltwinError):
     """Ranks that cannot be placed on the cluster (too few GPUs, a group NCCL could not form)."""
 
 
 def first_gpus(cluster: Cluster, nranks: int | None) -> list[str]:
     """The GPUs of an ``nranks`` communicator: whole nodes in order, or the first GPUs of one node
-    (every GPU when ``nranks`` is ``None``); ``ValueError`` when that is not possible.
+    (every GPU when ``nranks`` is ``None``); ``TopologyError`` when that is not possible.
 
     >>> from twin.topology import load_cluster
     >>> first_gpus(load_cluster("dgx-h100", nodes=2), 2)
@@ -47,11 +48,11 @@ def first_gpus(cluster: Cluster, nranks: int | None) -> list[str]:
     if nranks is None:
         return gpus
     if not 1 <= nranks <= len(gpus):
-        raise ValueError(f"--nranks {nranks}: the cluster has {len(gpus)} GPUs")
+        raise TopologyError(f"--nranks {nranks}: the cluster has {len(gpus)} GPUs")
     per_node = cluster.gpus_per_node
     if nranks > per_node and nranks % per_node:
-        raise ValueError(f"--nranks {nranks} does not fill whole nodes of {per_node} GPUs; "
-                         f"use a multiple of {per_node} or --gpus-per-node")
+        raise TopologyError(f"--nranks {nranks} does not fill whole nodes of {per_node} GPUs; "
+                            f"use a multiple of {per_node} or --gpus-per-node")
     return gpus[:nranks]
 
 
@@ -111,7 +112,7 @@ class Communicator:
         if transport not in self._geoms:
             try:
                 self._geoms[transport] = CommGeometry(self.cluster, list(self.gpus), transport, params=self.params)
-            except ValueError as err:
+            except CcltwinError as err:
                 raise PlacementError(f"a communicator on GPUs {', '.join(self.gpus)} cannot be placed: {err}") from None
         return self._geoms[transport]
 

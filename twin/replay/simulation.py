@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from traces.errors import CcltwinError
 from traces.schema import CollectiveEvent, ComputeEvent, Trace
 from traces.task import Op, Task
 from tuner.config import Config
@@ -38,7 +39,7 @@ from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, leng
 from twin.topology import Cluster
 
 
-class ReplayError(ValueError):
+class ReplayError(CcltwinError):
     """A trace whose replay cannot finish (a call a peer never issues)."""
 
 
