@@ -1,23 +1,23 @@
-"""nccl-tests logs: every real file in shared/data/nccl-tests, the JSON output, bad input, round trips."""
+"""nccl-tests logs: every real file in tests/data/nccl-tests, the JSON output, bad input, round trips."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testdata import DATA as TEST_DATA
 
 from traces.errors import TraceError
 from traces.nccl_tests import NcclTestsRow, read_nccl_tests
 from traces.task import Op, Task
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nccl-tests"
-HERE = Path(__file__).resolve().parent / "data" / "traces"
+DATA = TEST_DATA / "nccl-tests"
+HERE = TEST_DATA / "traces"
 
-# file: (rows, op, nranks, peak busbw GB/s, format) — rows and peaks as in shared/data/README.md
+# file: (rows, op, nranks, peak busbw GB/s, format) — rows and peaks as in tests/data/nccl-tests/SOURCES.md
 REAL = {
     "abci-inter_anode-16gpu-2node-allreduce.txt": (24, Op.ALLREDUCE, 16, 33.34, "text"),
     "abci-inter_anode-16gpu-2node-broadcast.txt": (24, Op.BROADCAST, 16, 26.82, "text"),
@@ -49,7 +49,7 @@ REAL = {
 
 
 def test_every_real_file_is_listed():
-    assert sorted(p.name for p in DATA.iterdir() if p.name != "README.md") == sorted(REAL)
+    assert sorted(p.name for p in DATA.iterdir() if p.name != "SOURCES.md") == sorted(REAL)
 
 
 @pytest.mark.parametrize("name", sorted(REAL))

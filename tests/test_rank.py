@@ -1,11 +1,10 @@
 """Twin pre-ranking: warm-start plans for real and generated traces, per-process settings, the CLI."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from example_plugin import plugin_choose, plugin_load
 from test_replay import TraceBuilder
+from testdata import DATA
 from typer.testing import CliRunner
 
 from ccltwin import app
@@ -22,9 +21,8 @@ from twin.rank import comm_facts, rank_tasks, rank_trace
 from twin.replay import replay
 from twin.topology import load_cluster
 
-ROOT = Path(__file__).resolve().parents[1]
-RESNET = ROOT.parent / "shared" / "data" / "traces" / "param" / "resnet_2gpu_et.json.gz"
-FLIGHT_RECORDER = sorted((ROOT / "tests" / "data" / "traces" / "flight-recorder").glob("*.json"))
+RESNET = DATA / "traces" / "param" / "resnet_2gpu_et.json.gz"
+FLIGHT_RECORDER = sorted((DATA / "traces" / "flight-recorder").glob("*.json"))
 runner = CliRunner()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testdata import DATA
 from typer.testing import CliRunner
 
 from traces.chakra import read_chakra
@@ -19,15 +20,14 @@ from traces.flight_recorder import read_flight_recorder
 from traces.task import Op, Task
 from traces.trace_file import load_trace
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-FR = Path(__file__).resolve().parent / "data" / "traces" / "flight-recorder"
+FR = DATA / "traces" / "flight-recorder"
 FR_FILES = sorted(FR.glob("nccl_trace_rank_*.json"))
 RESNET = DATA / "traces" / "param" / "resnet_2gpu_et.json.gz"
 
 
 @pytest.fixture(scope="module")
 def chakra_sample(tmp_path_factory) -> Path:
-    """The JSON inside shared/data/traces/chakra/1.0.2-chakra.0.0.4.tgz."""
+    """The JSON inside tests/data/traces/chakra/1.0.2-chakra.0.0.4.tgz."""
     out = tmp_path_factory.mktemp("chakra")
     with tarfile.open(DATA / "traces" / "chakra" / "1.0.2-chakra.0.0.4.tgz") as archive:
         member = archive.getmember("1.0.2-chakra.0.0.4.json")

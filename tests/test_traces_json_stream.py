@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testdata import DATA
 
 from traces import json_stream
 from traces.errors import TraceError
@@ -53,7 +53,7 @@ def test_a_malformed_element_is_still_placed_when_batches_are_on(tmp_path, monke
 
 
 def test_a_real_profiler_trace_streams_in_batches_to_the_same_events(monkeypatch):
-    path = str(Path(__file__).resolve().parents[2] / "shared/data/traces/hta/a100-2rank-nccl_data.json.gz")
+    path = str(DATA / "traces" / "hta" / "a100-2rank-nccl_data.json.gz")
     one_by_one: list = []
     monkeypatch.setattr(json_stream, "_BATCH_MIN", 1 << 40)
     stream_object(path, "traceEvents", one_by_one.append)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from testdata import DATA
 
 from traces import json_stream
 from traces.errors import TraceError
@@ -17,7 +17,7 @@ from traces.kineto import read_kineto
 from traces.schema import CollectiveEvent, ComputeEvent
 from traces.task import Op, Task
 
-HTA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces" / "hta"
+HTA = DATA / "traces" / "hta"
 
 
 def test_a100_rank0():

@@ -9,12 +9,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 from example_plugin import plugin_choose, plugin_load
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testdata import DATA as TEST_DATA
+from testdata import ROOT
 from typer.testing import CliRunner
 
 from ccltwin import app
@@ -25,8 +26,7 @@ from tuner.measurement import Measurement, read_nccl_tests_measurements
 from tuner.process_knobs import ProcessSettings
 from tuner.store import Store, StoreError
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "nccl-tests"
+DATA = TEST_DATA / "nccl-tests"
 runner = CliRunner()
 
 
@@ -349,7 +349,7 @@ def test_store_commands_fail_with_one_line_naming_the_file(tmp_path):
                                  "--csv", str(tmp_path / "no" / "x.conf"), "--env", str(tmp_path / "x.env")])
     assert result.exit_code == 2 and "folder" in result.output and "does not exist" in result.output
     assert not (tmp_path / "x.env").exists()  # nothing half-written
-    synthetic = ROOT / "tests" / "data" / "traces" / "nccl-tests-all_gather-2x4-synthetic.json"
+    synthetic = TEST_DATA / "traces" / "nccl-tests-all_gather-2x4-synthetic.json"
     result = runner.invoke(app, ["store", "import", str(db), str(synthetic)])
     assert result.exit_code == 2 and f"{synthetic}: the log has no '# HARDWARE:' line" in result.output
     result = runner.invoke(app, ["store", "import", str(db), str(synthetic), "--hardware", "dgx"])
