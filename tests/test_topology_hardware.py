@@ -13,6 +13,7 @@ from twin.hardware import (
     pcie_gbps,
     socket_link_gbps,
 )
+from twin.topology import load_cluster
 
 
 @pytest.mark.parametrize(("name", "model"), [
@@ -41,8 +42,10 @@ def test_unknown_model_names_it_and_lists_known_ones():
 
 
 def test_topology_error_is_a_value_error():
-    """Callers that catch ValueError also catch topology errors."""
-    assert issubclass(TopologyError, ValueError)
+    """Callers that catch ValueError (``twin.rank`` turns one into a ConfigError naming the task)
+    also catch a bad cluster found deep inside a build, with the preset and the problem named."""
+    with pytest.raises(ValueError, match=r"^preset 'dgx-a100': cluster 'dgx-a100': cannot take 9 GPUs per node of 8$"):
+        load_cluster("dgx-a100", gpus_per_node=9)
 
 
 @pytest.mark.parametrize(("model", "links", "total"), [

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -359,10 +359,3 @@ def workload(
     check_fit(the_model, the_plan, plan)
     name = f"{getattr(the_model, 'name', model)}-{Path(plan).stem}"
     return Workload(name, the_model, the_plan)
-
-
-def with_plan(work: Workload, **changes: Any) -> Workload:
-    """The workload with some plan fields changed (checked again)."""
-    plan = replace(work.plan, **changes)
-    check_fit(work.model, plan)
-    return replace(work, plan=plan)
