@@ -1,12 +1,16 @@
 """GPU specs, name resolution and link-rate helpers in twin/hardware.py."""
 
+import dataclasses
 import doctest
+from collections import Counter
 
 import pytest
 
 import twin.hardware
 from twin.hardware import (
+    DEFAULT_MODEL_BY_SM,
     GPUS,
+    GpuSpec,
     TopologyError,
     gpu_for_pci_device,
     gpu_spec,
@@ -56,6 +60,30 @@ def test_nvlink_counts_and_totals_follow_the_data_sheets(model, links, total):
     """NVLink links per GPU and GB/s per direction in total (e.g. H100: 18 × 25 = 450)."""
     spec = GPUS[model]
     assert (spec.nvlinks, spec.nvlink_total_gbps) == (links, total)
+
+
+def test_every_model_has_every_fact():
+    """A new GPU model is one ``GpuSpec`` entry, and it must carry everything the twin reads: sizes
+    and rates a real GPU can have, peak rates that rise as precision falls, a price, a PCI id, names
+    no other model uses; every sm version has exactly one default model."""
+    for spec in GPUS.values():
+        assert all(getattr(spec, f.name) is not None for f in dataclasses.fields(GpuSpec)), spec.model
+        assert spec.sm_count > 0 and spec.hbm_gbps > 0 and spec.pcie_gen >= 3 and spec.pcie_lanes > 0, spec.model
+        assert (spec.nvlinks == 0) == (spec.nvlink_gbps == 0), spec.model
+        peak = spec.peak
+        assert all(isinstance(v, float) and v > 0 for v in dataclasses.astuple(peak)), spec.model
+        assert peak.float32 <= peak.tf32 <= peak.float16 <= peak.fp8 and peak.float32 <= peak.bfloat16 <= peak.fp8
+        assert isinstance(spec.price_per_gpu_hour, float) and spec.price_per_gpu_hour > 0, spec.model
+        assert spec.pci_device_ids and all(0 < i <= 0xFFFF for i in spec.pci_device_ids), spec.model
+    names = Counter(n.lower() for g in GPUS.values() for n in (g.model, *g.aliases))
+    assert [n for n, count in names.items() if count > 1] == []
+    assert [(g.model, gpu_spec(alias).model) for g in GPUS.values() for alias in g.aliases
+            if gpu_spec(alias).model != g.model] == []
+    ids = Counter(i for g in GPUS.values() for i in g.pci_device_ids)
+    assert [hex(i) for i, count in ids.items() if count > 1] == []
+    defaults = Counter(g.sm_version for g in GPUS.values() if g.default_for_sm)
+    assert set(defaults) == {g.sm_version for g in GPUS.values()} and set(defaults.values()) == {1}
+    assert all(GPUS[DEFAULT_MODEL_BY_SM[g.sm_version]].default_for_sm for g in GPUS.values())
 
 
 def test_arch_and_sm_version_agree():
