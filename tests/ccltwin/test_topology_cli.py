@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from twin.topology import import_nccl_topo_xml, load_cluster
 from twin.topology_commands import app
 
-DATA = Path(__file__).parent / "data" / "topology"
+DATA = Path(__file__).parents[1] / "data" / "topology"
 runner = CliRunner()
 
 

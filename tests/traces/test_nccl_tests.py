@@ -8,8 +8,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from testdata import DATA as TEST_DATA
 
+from tests.testdata import DATA as TEST_DATA
 from traces.errors import TraceError
 from traces.nccl_tests import NcclTestsRow, read_nccl_tests
 from traces.task import Op, Task

@@ -1,7 +1,7 @@
 """traces.capture on real multi-process gloo jobs on CPU.
 
 The jobs run in subprocesses (this file run as a script), so that pytest's own process never
-imports torch: ``python tests/test_traces_capture.py jobs DIR`` forks 3 ranks that capture a
+imports torch: ``python tests/traces/test_traces_capture.py jobs DIR`` forks 3 ranks that capture a
 DDP training loop with a subgroup all-gather and a functional all-reduce, then an FSDP2 loop,
 then a capture whose file cannot be written. Under ``ccltwin trace capture`` the same file
 runs as the training script (``train``).
@@ -360,7 +360,7 @@ def test_a_malformed_flight_recorder_entry_is_named():
         issued_from_entries(entries, "rank 0 dump", Counter())
 
 
-NCCL_PROFILE = Path(__file__).parent / "data/traces/capture-h200/ddp-iteration-rank0.kineto.json.gz"
+NCCL_PROFILE = Path(__file__).parents[1] / "data/traces/capture-h200/ddp-iteration-rank0.kineto.json.gz"
 """One DDP iteration and a send on 2 H200s, NCCL 2.28 (see its SOURCES.md)."""
 
 

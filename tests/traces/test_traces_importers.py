@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from testdata import DATA
 from typer.testing import CliRunner
 
+from tests.testdata import DATA
 from traces.chakra import read_chakra
 from traces.commands import app, detect_format
 from traces.errors import TraceError

@@ -8,8 +8,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from testdata import DATA
 
+from tests.testdata import DATA
 from traces import json_stream
 from traces.errors import TraceError
 from traces.json_stream import stream_object

@@ -11,14 +11,14 @@ import textwrap
 import time
 
 import pytest
-from example_plugin import plugin_choose, plugin_load
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from testdata import DATA as TEST_DATA
-from testdata import ROOT
 from typer.testing import CliRunner
 
 from ccltwin import app
+from tests.example_plugin import plugin_choose, plugin_load
+from tests.testdata import DATA as TEST_DATA
+from tests.testdata import ROOT
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.export import MAX_BYTES, TUNER_CSV_HEADER, settings_from_winners, tuner_rules, write_env, write_tuner_csv

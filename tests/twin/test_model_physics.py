@@ -33,7 +33,7 @@ from twin.predict import Twin
 from twin.topology import load_cluster
 
 MIB = 1 << 20
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-from example_plugin import plugin_choose, plugin_load
-from test_replay import TraceBuilder
-from testdata import DATA
 from typer.testing import CliRunner
 
 from ccltwin import app
+from tests.example_plugin import plugin_choose, plugin_load
+from tests.testdata import DATA
+from tests.twin.test_replay import TraceBuilder
 from traces import read_chakra, read_flight_recorder
 from traces.generate import generate, workload
 from traces.task import Op, Task

@@ -14,7 +14,7 @@ from tuner.config import Algo, Proto
 from twin.predict import Twin
 from twin.topology import load_cluster
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 runner = CliRunner()
 CONTRACT = {"op", "nbytes", "nranks", "algo", "proto", "nchannels", "nthreads", "chunk_bytes", "time_us",

@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from test_replay import TraceBuilder
 from typer.testing import CliRunner
 
 from ccltwin import app
+from tests.twin.test_replay import TraceBuilder
 from traces.task import Op
 from traces.trace_file import load_trace, save_trace
 from tuner.config import Transport

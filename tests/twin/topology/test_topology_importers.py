@@ -16,7 +16,7 @@ from twin.topology import (
 )
 from twin.topology.summary import summarize
 
-DATA = Path(__file__).parent / "data" / "topology"
+DATA = Path(__file__).parents[2] / "data" / "topology"
 SMI = DATA / "nvidia-smi"
 XML = DATA / "nccl-xml"
 

@@ -17,7 +17,7 @@ from twin.topology import (
     parse_nvidia_smi_topo,
 )
 
-DATA = Path(__file__).parent / "data" / "topology"
+DATA = Path(__file__).parents[2] / "data" / "topology"
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -186,7 +186,7 @@ def test_top_level_must_be_a_mapping(tmp_path, text):
 
 def test_the_documented_example_loads(tmp_path):
     """The YAML example in docs/topology-format.md is a valid cluster."""
-    doc = (Path(__file__).parents[1] / "docs" / "topology-format.md").read_text()
+    doc = (Path(__file__).parents[3] / "docs" / "topology-format.md").read_text()
     example = doc.split("## Example", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     cluster = load_cluster(write(tmp_path, example))
     assert (cluster.name, cluster.gpus_per_node, cluster.nics_per_node) == ("dgx-a100", 8, 8)
