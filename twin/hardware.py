@@ -61,7 +61,8 @@ class GpuSpec:
     peak: PeakTflops
     """Dense peak TFLOP/s by element type (``peak_tflops`` reads it by dtype name)."""
     price_per_gpu_hour: float
-    """USD per GPU-hour, the default cost of the what-if report (``PRICE_SOURCE``)."""
+    """USD per GPU-hour, the what-if report's default cost: a rounded public on-demand cloud list
+    price (2025).  It only puts clusters on one scale; a real quote passes its own price."""
     pci_device_ids: tuple[int, ...]
     """PCI device ids (vendor 0x10de) that identify this model in NCCL's topology XML."""
     aliases: tuple[str, ...] = ()
@@ -75,14 +76,11 @@ class GpuSpec:
         return float(self.nvlink_gbps * self.nvlinks)
 
 
-PRICE_SOURCE = "rounded public on-demand cloud list prices (2025)"
-"""Where every ``GpuSpec.price_per_gpu_hour`` comes from.  The prices only put clusters on one
-scale; pass your own price for a real quote."""
-
 # Sources: NVIDIA data sheets (V100, A100, A40, RTX A6000, L40S, H100, H200, HGX B200).
 # NVLink per link and direction: NVLink2/3/4 25 GB/s, NVLink5 50 GB/s, the GA102 bridge
 # (A40, RTX A6000) 14.0625 GB/s ("112.5 GB/s bidirectional" over 4 links).
-# Peak TFLOP/s are dense (half the "with sparsity" figure).  PCI ids from pci.ids.
+# Peak TFLOP/s are dense (half the "with sparsity" figure).  PCI ids from pci.ids.  Prices:
+# rounded public on-demand cloud list prices (2025).
 _GPUS = (
     GpuSpec("V100-SXM2-16GB", "volta", 70, 80, 900, 25, 6, 3, 16, PeakTflops(15.7, 15.7, 125.0, 15.7, 125.0),
             0.55, (0x1DB1,), aliases=("v100-16gb",)),

@@ -37,9 +37,8 @@ from twin.replay import Communicators, ReplayResult, TaskTimes, replay
 from twin.replay.comms import CallComm, cluster_for
 
 PRICE_PER_GPU_HOUR = {model: gpu.price_per_gpu_hour for model, gpu in GPUS.items()}
-"""USD per GPU-hour by GPU model: each ``twin.hardware.GpuSpec``'s price (``PRICE_SOURCE``,
-rounded 2025 on-demand list prices).  They only put clusters on one scale; pass your own price
-for a real quote."""
+"""USD per GPU-hour by GPU model: each ``twin.hardware.GpuSpec.price_per_gpu_hour`` (rounded 2025
+on-demand list prices).  They only put clusters on one scale; pass your own price for a real quote."""
 
 
 
