@@ -1,8 +1,9 @@
 """Accuracy of the twin against real nccl-tests runs, before any calibration.
 
-Every file in shared/data/nccl-tests is predicted from the hardware its header describes
-(table ``RUNS`` below: preset, node and NIC counts, GPUs per process, NCCL_ALGO/NCCL_PROTO as
-the file says), with NCCL's default choice for everything the file did not force.  Printed:
+Every nccl-tests log in ``--data DIR`` (default: the repository's ``tests/data/nccl-tests``) is
+predicted from the hardware its header describes (table ``RUNS`` below: preset, node and NIC
+counts, GPUs per process, NCCL_ALGO/NCCL_PROTO as the file says), with NCCL's default choice for
+everything the file did not force.  Printed:
 per file, the median absolute % error of busbw for sizes ≥ 1 MiB and < 1 MiB; then, for the
 L40S PCIe files with forced Ring/Tree and LL/LL128/Simple, how often the predicted order of the
 variants matches the measured one (pairs measured within 3% of each other count as ties).
@@ -13,6 +14,9 @@ except ``protocol.ll_op_us`` and ``protocol.ll128_copy_factor`` (``twin.params``
 ``data/h200x2-channels.json``), timed from CUDA graphs, so without host launch costs.
 
     python benchmarks/accuracy.py [--data DIR]
+
+A log whose file name is not in ``RUNS`` is skipped with a note (its hardware is not described);
+a folder with no log in ``RUNS`` stops with one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
+
+from data_dir import default_path, missing
 
 from traces.nccl_tests import NcclTestsLog, read_nccl_tests
 from traces.task import Op
@@ -33,7 +40,7 @@ from twin.predict import predict
 from twin.topology import load_cluster
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent.parent / "shared" / "data" / "nccl-tests"
+DATA = default_path("nccl-tests")
 H200 = HERE / "data" / "h200x2-allreduce.json"
 MIB = 1 << 20
 TIE = 0.03
@@ -168,11 +175,21 @@ def order_agreement(results: dict[str, list[tuple[int, float, float]]]) -> tuple
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--data", type=Path, default=DATA, metavar="DIR",
+                        help=f"a folder of nccl-tests logs (default: {DATA})")
     args = parser.parse_args()
+    logs = sorted(args.data.glob("*.txt")) if args.data.is_dir() else []
+    known = [path for path in logs if path.stem in RUNS]
+    if not known:
+        problem = ("no such folder" if not args.data.is_dir() else "no nccl-tests logs (*.txt) in it" if not logs
+                   else f"none of its {len(logs)} nccl-tests logs (*.txt) is described in RUNS")
+        missing(f"{args.data}: {problem}")
+    for path in logs:
+        if path.stem not in RUNS:
+            print(f"skipped {path.name}: not in RUNS (the hardware it ran on is not described)", file=sys.stderr)
     print(f"{'file':<66} {'n≥1MiB':>6} {'err≥1MiB':>9} {'n<1MiB':>6} {'err<1MiB':>9}  NCCL file/model")
     variants = {}
-    for path in sorted(args.data.glob("*.txt")):
+    for path in known:
         log, points = predict_file(path)
         big = median_error(points, lambda s: s >= MIB)
         small = median_error(points, lambda s: s < MIB)
@@ -185,8 +202,9 @@ def main() -> None:
             if path.stem.endswith(f"allreduce-{name}"):
                 variants[name] = points
     matched, total = order_agreement(variants)
-    print(f"\nL40S PCIe variants ({', '.join(variants)}): predicted order matches measured at "
-          f"{matched}/{total} sizes ({matched / total:.0%}); pairs within {TIE:.0%} count as ties")
+    if total:
+        print(f"\nL40S PCIe variants ({', '.join(variants)}): predicted order matches measured at "
+              f"{matched}/{total} sizes ({matched / total:.0%}); pairs within {TIE:.0%} count as ties")
     print(f"\n{'2x H200 NVLink (this workplace, CUDA-graph timed)':<66} {'n≥1MiB':>6} {'err≥1MiB':>9} "
           f"{'n<1MiB':>6} {'err<1MiB':>9}")
     for name, points in predict_h200().items():

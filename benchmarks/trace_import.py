@@ -1,7 +1,7 @@
 """Import speed and memory of a large Kineto trace: the target is 500 MB in under a minute and 1 GB.
 
 Builds a Kineto file of about ``--target-mb`` by repeating a real profiler trace (by default
-the V100 DDP trace from HolisticTraceAnalysis in ../shared/data/traces/hta) end to end: each
+the V100 DDP trace from HolisticTraceAnalysis in tests/data/traces/hta) end to end: each
 copy's timestamps are shifted past the previous copy, its correlation ids past the previous
 ones (so kernels still pair with their launches) and its ``ProfilerStep#N`` numbers past the
 previous steps. Then imports it with ``traces.kineto.read_kineto`` in a fresh process and
@@ -23,8 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from data_dir import default_path, missing
+
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SOURCE = ROOT.parent / "shared" / "data" / "traces" / "hta" / "v100-2rank-ddp-small-allreduce.json.gz"
+DEFAULT_SOURCE = default_path("traces", "hta", "v100-2rank-ddp-small-allreduce.json.gz")
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 IMPORT = """
@@ -114,11 +116,14 @@ def measure(path: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, metavar="FILE",
+                        help=f"the Kineto trace to repeat (default: {DEFAULT_SOURCE})")
     parser.add_argument("--target-mb", type=float, default=500)
     parser.add_argument("--keep", type=Path, help="Write the big trace here and keep it (default: a temp dir).")
     parser.add_argument("--build-only", type=Path, metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.source.is_file():
+        missing(f"{args.source}: no such Kineto trace (give one with --source FILE)")
     if args.build_only:
         print(json.dumps(build(args.source, int(args.target_mb * 1e6), args.build_only)))
         return

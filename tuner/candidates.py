@@ -14,9 +14,6 @@ import numpy as np
 from tuner.config import Config, Subspace
 from tuner.space import ResourceGrid
 
-AXES = ("nchannels", "nthreads", "chunk_bytes")
-"""The coordinates AutoCCL's descent moves along, in its dimension order."""
-
 
 class Candidates:
     """Every ⟨NC, NT, C⟩ point of ``grid`` for ``subspace``; ``points[i]`` is point ``i``."""

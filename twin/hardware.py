@@ -26,8 +26,24 @@ class TopologyError(CcltwinError):
 
 
 @dataclass(frozen=True)
+class PeakTflops:
+    """Dense peak TFLOP/s of one GPU model by element type (half the "with sparsity" figures).
+
+    ``float32`` is the CUDA-core rate (PyTorch's default matmul precision), the others tensor-core
+    rates.  A type a generation lacks takes the next slower one it has (V100 has no TF32: the FP32
+    rate; no BF16: its FP32 rate; no FP8 before Ada: the FP16 rate).
+    """
+
+    float32: float
+    tf32: float
+    float16: float
+    bfloat16: float
+    fp8: float
+
+
+@dataclass(frozen=True)
 class GpuSpec:
-    """Spec-sheet figures of one GPU model."""
+    """Every fact ccltwin uses about one GPU model; a new model is one entry of ``_GPUS``."""
 
     model: str
     """Canonical name, e.g. ``"A100-SXM4-40GB"``."""
@@ -44,10 +60,17 @@ class GpuSpec:
     """NVLink links per GPU (a bridge's links for PCIe cards)."""
     pcie_gen: int
     pcie_lanes: int
-    bf16_tflops: float
-    """Dense BF16 tensor throughput (Volta has no BF16: its CUDA-core FP32 rate)."""
-    pci_device_ids: tuple[int, ...] = ()
+    peak: PeakTflops
+    """Dense peak TFLOP/s by element type (``peak_tflops`` reads it by dtype name)."""
+    price_per_gpu_hour: float
+    """USD per GPU-hour, the what-if report's default cost: a rounded public on-demand cloud list
+    price (2025).  It only puts clusters on one scale; a real quote passes its own price."""
+    pci_device_ids: tuple[int, ...]
     """PCI device ids (vendor 0x10de) that identify this model in NCCL's topology XML."""
+    aliases: tuple[str, ...] = ()
+    """Short names people type for it (``gpu_spec`` also takes what nvidia-smi prints)."""
+    default_for_sm: bool = False
+    """The model assumed for its sm version when nothing else names the GPU."""
 
     @property
     def nvlink_total_gbps(self) -> float:
@@ -58,40 +81,40 @@ class GpuSpec:
 # Sources: NVIDIA data sheets (V100, A100, A40, RTX A6000, L40S, H100, H200, HGX B200).
 # NVLink per link and direction: NVLink2/3/4 25 GB/s, NVLink5 50 GB/s, the GA102 bridge
 # (A40, RTX A6000) 14.0625 GB/s ("112.5 GB/s bidirectional" over 4 links).
-# bf16_tflops is dense (half the "with sparsity" figure).  PCI ids from pci.ids.
+# Peak TFLOP/s are dense (half the "with sparsity" figure).  PCI ids from pci.ids.  Prices:
+# rounded public on-demand cloud list prices (2025).
 _GPUS = (
-    GpuSpec("V100-SXM2-16GB", "volta", 70, 80, 900, 25, 6, 3, 16, 15.7, (0x1DB1,)),
-    GpuSpec("V100-SXM2-32GB", "volta", 70, 80, 900, 25, 6, 3, 16, 15.7, (0x1DB5,)),
-    GpuSpec("A100-SXM4-40GB", "ampere", 80, 108, 1555, 25, 12, 4, 16, 312, (0x20B0,)),
-    GpuSpec("A100-SXM4-80GB", "ampere", 80, 108, 2039, 25, 12, 4, 16, 312, (0x20B2,)),
-    GpuSpec("A100-PCIE-40GB", "ampere", 80, 108, 1555, 25, 12, 4, 16, 312, (0x20F1,)),
-    GpuSpec("A100-PCIE-80GB", "ampere", 80, 108, 1935, 25, 12, 4, 16, 312, (0x20B5,)),
-    GpuSpec("A40", "ampere", 86, 84, 696, 14.0625, 4, 4, 16, 149.7, (0x2235,)),
-    GpuSpec("RTX-A6000", "ampere", 86, 84, 768, 14.0625, 4, 4, 16, 154.8, (0x2230,)),
-    GpuSpec("L40S", "ada", 89, 142, 864, 0, 0, 4, 16, 362.05, (0x26B9,)),
-    GpuSpec("H100-SXM5-80GB", "hopper", 90, 132, 3350, 25, 18, 5, 16, 989.4, (0x2330,)),
-    GpuSpec("H100-PCIE", "hopper", 90, 114, 2000, 25, 12, 5, 16, 756.4, (0x2331,)),
-    GpuSpec("H200-SXM-141GB", "hopper", 90, 132, 4800, 25, 18, 5, 16, 989.4, (0x2335,)),
-    GpuSpec("B200", "blackwell", 100, 148, 8000, 50, 18, 5, 16, 2250),
+    GpuSpec("V100-SXM2-16GB", "volta", 70, 80, 900, 25, 6, 3, 16, PeakTflops(15.7, 15.7, 125.0, 15.7, 125.0),
+            0.55, (0x1DB1,), aliases=("v100-16gb",)),
+    GpuSpec("V100-SXM2-32GB", "volta", 70, 80, 900, 25, 6, 3, 16, PeakTflops(15.7, 15.7, 125.0, 15.7, 125.0),
+            0.55, (0x1DB5,), aliases=("v100", "v100-sxm2", "v100-32gb"), default_for_sm=True),
+    GpuSpec("A100-SXM4-40GB", "ampere", 80, 108, 1555, 25, 12, 4, 16, PeakTflops(19.5, 156.0, 312.0, 312.0, 312.0),
+            1.29, (0x20B0,), aliases=("a100", "a100-sxm4", "a100-40gb", "a100-sxm-40gb"), default_for_sm=True),
+    GpuSpec("A100-SXM4-80GB", "ampere", 80, 108, 2039, 25, 12, 4, 16, PeakTflops(19.5, 156.0, 312.0, 312.0, 312.0),
+            1.79, (0x20B2,), aliases=("a100-80gb", "a100-sxm-80gb")),
+    GpuSpec("A100-PCIE-40GB", "ampere", 80, 108, 1555, 25, 12, 4, 16, PeakTflops(19.5, 156.0, 312.0, 312.0, 312.0),
+            1.29, (0x20F1,), aliases=("a100-pcie", "a100-40gb-pcie")),
+    GpuSpec("A100-PCIE-80GB", "ampere", 80, 108, 1935, 25, 12, 4, 16, PeakTflops(19.5, 156.0, 312.0, 312.0, 312.0),
+            1.79, (0x20B5,), aliases=("a100-80gb-pcie",)),
+    GpuSpec("A40", "ampere", 86, 84, 696, 14.0625, 4, 4, 16, PeakTflops(37.4, 74.8, 149.7, 149.7, 149.7),
+            0.75, (0x2235,), default_for_sm=True),
+    GpuSpec("RTX-A6000", "ampere", 86, 84, 768, 14.0625, 4, 4, 16, PeakTflops(38.7, 77.4, 154.8, 154.8, 154.8),
+            0.80, (0x2230,), aliases=("a6000",)),
+    GpuSpec("L40S", "ada", 89, 142, 864, 0, 0, 4, 16, PeakTflops(91.6, 183.0, 362.05, 362.05, 733.0),
+            1.00, (0x26B9,), default_for_sm=True),
+    GpuSpec("H100-SXM5-80GB", "hopper", 90, 132, 3350, 25, 18, 5, 16, PeakTflops(67.0, 494.7, 989.4, 989.4, 1978.9),
+            2.99, (0x2330,), aliases=("h100", "h100-sxm", "h100-sxm5", "h100-80gb-hbm3"), default_for_sm=True),
+    GpuSpec("H100-PCIE", "hopper", 90, 114, 2000, 25, 12, 5, 16, PeakTflops(51.0, 378.0, 756.4, 756.4, 1513.0),
+            2.49, (0x2331,)),
+    GpuSpec("H200-SXM-141GB", "hopper", 90, 132, 4800, 25, 18, 5, 16, PeakTflops(67.0, 494.7, 989.4, 989.4, 1978.9),
+            3.79, (0x2335,), aliases=("h200", "h200-sxm", "h200-141gb")),
+    GpuSpec("B200", "blackwell", 100, 148, 8000, 50, 18, 5, 16, PeakTflops(75.0, 1125.0, 2250.0, 2250.0, 4500.0),
+            4.99, (0x2901,), default_for_sm=True),
 )
 GPUS: dict[str, GpuSpec] = {g.model: g for g in _GPUS}
 """Every known model by canonical name."""
 
-_ALIASES = {
-    "v100": "V100-SXM2-32GB", "v100-sxm2": "V100-SXM2-32GB", "v100-32gb": "V100-SXM2-32GB",
-    "v100-16gb": "V100-SXM2-16GB",
-    "a100": "A100-SXM4-40GB", "a100-sxm4": "A100-SXM4-40GB", "a100-40gb": "A100-SXM4-40GB",
-    "a100-sxm-40gb": "A100-SXM4-40GB", "a100-80gb": "A100-SXM4-80GB", "a100-sxm-80gb": "A100-SXM4-80GB",
-    "a100-pcie": "A100-PCIE-40GB", "a100-40gb-pcie": "A100-PCIE-40GB",
-    "a100-80gb-pcie": "A100-PCIE-80GB",
-    "rtx-a6000": "RTX-A6000", "a6000": "RTX-A6000",
-    "h100": "H100-SXM5-80GB", "h100-sxm": "H100-SXM5-80GB", "h100-sxm5": "H100-SXM5-80GB",
-    "h100-80gb-hbm3": "H100-SXM5-80GB",
-    "h200": "H200-SXM-141GB", "h200-sxm": "H200-SXM-141GB", "h200-141gb": "H200-SXM-141GB",
-}
-
-DEFAULT_MODEL_BY_SM = {70: "V100-SXM2-32GB", 80: "A100-SXM4-40GB", 86: "A40", 89: "L40S",
-                       90: "H100-SXM5-80GB", 100: "B200"}
+DEFAULT_MODEL_BY_SM = {g.sm_version: g.model for g in _GPUS if g.default_for_sm}
 """The model assumed for an sm version when nothing else names the GPU."""
 
 
@@ -100,7 +123,7 @@ def _key(name: str) -> str:
     return re.sub(r"^(nvidia-|tesla-)+", "", key)
 
 
-_BY_KEY = {_key(g.model): g.model for g in _GPUS} | _ALIASES
+_BY_KEY = {_key(name): g.model for g in _GPUS for name in (g.model, *g.aliases)}
 
 
 def gpu_spec(name: str) -> GpuSpec:
@@ -165,28 +188,9 @@ def socket_link_gbps(vendor: str, intel_model: int | None = None) -> float:
     return _SOCKET_LINK_GBPS[vendor]
 
 
-# Dense peak TFLOP/s by element type, from the same data sheets (half the "with sparsity"
-# figures).  ``float32`` is the CUDA-core rate (PyTorch's default matmul precision), ``tf32``
-# the tensor-core rate; BF16 is ``GpuSpec.bf16_tflops``.  A type a generation lacks takes the
-# next slower one it has (V100 has no TF32: the FP32 rate; no FP8 before Ada: the FP16 rate).
-_PEAK_TFLOPS = {
-    # model:            float32, tf32, float16, fp8
-    "V100-SXM2-16GB": (15.7, 15.7, 125.0, 125.0),
-    "V100-SXM2-32GB": (15.7, 15.7, 125.0, 125.0),
-    "A100-SXM4-40GB": (19.5, 156.0, 312.0, 312.0),
-    "A100-SXM4-80GB": (19.5, 156.0, 312.0, 312.0),
-    "A100-PCIE-40GB": (19.5, 156.0, 312.0, 312.0),
-    "A100-PCIE-80GB": (19.5, 156.0, 312.0, 312.0),
-    "A40": (37.4, 74.8, 149.7, 149.7),
-    "RTX-A6000": (38.7, 77.4, 154.8, 154.8),
-    "L40S": (91.6, 183.0, 362.05, 733.0),
-    "H100-SXM5-80GB": (67.0, 494.7, 989.4, 1978.9),
-    "H100-PCIE": (51.0, 378.0, 756.4, 1513.0),
-    "H200-SXM-141GB": (67.0, 494.7, 989.4, 1978.9),
-    "B200": (75.0, 1125.0, 2250.0, 4500.0),
-}
-_PEAK_COLUMN = {"float32": 0, "float": 0, "tf32": 1, "float16": 2, "half": 2,
-                "fp8_e4m3": 3, "fp8_e5m2": 3, "int8": 3, "uint8": 3}
+_PEAK_FIELD = {"bfloat16": "bfloat16", "float32": "float32", "float": "float32", "tf32": "tf32",
+               "float16": "float16", "half": "float16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "int8": "fp8",
+               "uint8": "fp8"}
 
 
 def peak_tflops(gpu: GpuSpec, dtype: str = "bfloat16") -> float:
@@ -195,9 +199,6 @@ def peak_tflops(gpu: GpuSpec, dtype: str = "bfloat16") -> float:
     >>> peak_tflops(gpu_spec("h100"), "bfloat16"), peak_tflops(gpu_spec("a100"), "float32")
     (989.4, 19.5)
     """
-    if dtype == "bfloat16":
-        return gpu.bf16_tflops
-    if dtype not in _PEAK_COLUMN:
-        known = ", ".join(["bfloat16", *_PEAK_COLUMN])
-        raise TopologyError(f"no peak FLOP rate for element type {dtype!r} (known: {known})")
-    return _PEAK_TFLOPS[gpu.model][_PEAK_COLUMN[dtype]]
+    if dtype not in _PEAK_FIELD:
+        raise TopologyError(f"no peak FLOP rate for element type {dtype!r} (known: {', '.join(_PEAK_FIELD)})")
+    return getattr(gpu.peak, _PEAK_FIELD[dtype])

@@ -3,10 +3,9 @@
 >>> from traces.task import Op
 >>> from twin.placement import Communicator
 >>> from twin.topology import load_cluster
->>> comm = Communicator.first(load_cluster("dgx-h100"))
->>> p = predict(comm, Op.ALLREDUCE, 1 << 30)
->>> p.chosen_by, p.busbw_gbps > 100
-('nccl', True)
+>>> prediction = predict(Communicator.first(load_cluster("dgx-h100")), Op.ALLREDUCE, 1 << 30)
+>>> str(prediction.config), prediction.chosen_by, round(prediction.busbw_gbps)
+('nvls/simple/p2p nc=16 nt=640 chunk=131072', 'nccl', 526)
 """
 
 from __future__ import annotations

@@ -31,19 +31,15 @@ from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Config, Transport
 from tuner.space import CHANNEL_FIELD_MAX, ConfigError
+from twin.hardware import GPUS
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Communicator, Placement, cluster_for
 from twin.rank import call_cost, rank_task
 from twin.replay import ReplayResult, TaskTimes, replay
 
-PRICE_PER_GPU_HOUR = {
-    "V100-SXM2-16GB": 0.55, "V100-SXM2-32GB": 0.55,
-    "A100-SXM4-40GB": 1.29, "A100-SXM4-80GB": 1.79, "A100-PCIE-40GB": 1.29, "A100-PCIE-80GB": 1.79,
-    "A40": 0.75, "RTX-A6000": 0.80, "L40S": 1.00,
-    "H100-SXM5-80GB": 2.99, "H100-PCIE": 2.49, "H200-SXM-141GB": 3.79, "B200": 4.99,
-}
-"""USD per GPU-hour: rounded public on-demand cloud list prices (2025).  They only put
-clusters on one scale; pass your own price for a real quote."""
+PRICE_PER_GPU_HOUR = {model: gpu.price_per_gpu_hour for model, gpu in GPUS.items()}
+"""USD per GPU-hour by GPU model: each ``twin.hardware.GpuSpec.price_per_gpu_hour`` (rounded 2025
+on-demand list prices).  They only put clusters on one scale; pass your own price for a real quote."""
 
 
 
@@ -239,7 +235,7 @@ def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True, params: 
     gpus = len(cluster.gpus())
     return ClusterReport(
         cluster=cluster.identity, topology=candidate.topology, nodes=cluster.nodes, gpus=gpus,
-        gpu=cluster.gpu.model, price_per_gpu_hour=price if price is not None else PRICE_PER_GPU_HOUR[cluster.gpu.model],
+        gpu=cluster.gpu.model, price_per_gpu_hour=price if price is not None else cluster.gpu.price_per_gpu_hour,
         price_given=price is not None, default=default, tuned=tuned_result, tokens_per_iteration=_tokens(trace),
         tasks=tuple(TaskComparison(t, by_task.get(t.task)) for t in default.tasks))
 

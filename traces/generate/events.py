@@ -13,8 +13,6 @@ from traces.task import Op
 
 __all__ = ["RankEvents"]
 
-COMPUTE = "compute"
-
 
 class RankEvents:
     """Append-only event list of one rank, with the groups it used."""

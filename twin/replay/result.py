@@ -43,10 +43,6 @@ class TaskTimes:
     """Mean part of a call during which its ranks in the trace run no compute."""
 
     @property
-    def exposed_fraction(self) -> float:
-        return self.exposed_us / self.time_us if self.time_us else 1.0
-
-    @property
     def busbw_gbps(self) -> float:
         return self.task.busbw_gbps(self.time_us)
 

@@ -1,0 +1,110 @@
+"""``ccltwin topology`` (ccltwin/topology.py) through typer's CliRunner."""
+
+import json
+from pathlib import Path
+
+import networkx as nx
+from typer.testing import CliRunner
+
+from ccltwin.topology import app
+from twin.topology import import_nccl_topo_xml, load_cluster
+
+DATA = Path(__file__).parents[1] / "data" / "topology"
+runner = CliRunner()
+
+
+def test_list_prints_every_preset_with_its_description():
+    """One line per preset: name, then description."""
+    result = runner.invoke(app, ["list"])
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [
+        "a40-nvlink-pairs", "a40-pcie", "dgx-a100", "dgx-h100", "hgx-h200", "l40s-pcie"]
+    assert "8x H100-SXM5-80GB" in result.stdout
+
+
+def test_show_prints_the_summary():
+    """show names GPUs, NVLink, PCIe, NICs, affinity and fabric."""
+    result = runner.invoke(app, ["show", "dgx-h100", "--nodes", "2"])
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "16 × H100-SXM5-80GB (8 per node)" in out
+    assert "NVSwitch, 18 links, 450 GB/s per GPU" in out
+    assert "8 per node at 400 Gb/s" in out and "gpu3→nic3" in out
+    assert "8 leaves, 16 spines, 400 Gb/s links" in out
+
+
+def test_show_json_carries_the_same_facts_and_graph_size():
+    """--json: shape, links, affinity, fabric, node and edge counts."""
+    result = runner.invoke(app, ["show", "a40-nvlink-pairs", "--gpus-per-node", "2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stdout)
+    cluster = load_cluster("a40-nvlink-pairs", gpus_per_node=2)
+    assert (facts["nodes"], facts["gpus_per_node"], facts["gpu_model"]) == (2, 2, "A40")
+    assert not facts["nvswitch"]
+    assert (facts["nvlink_gbps_per_gpu"], facts["nvlink_peers_per_gpu"]) == (56.25, 1)
+    assert facts["gpu_nic_affinity"] == {"gpu0": "nic0", "gpu1": "nic0"}
+    graph = cluster.graph
+    assert facts["graph"] == {"nodes": graph.number_of_nodes(), "edges": graph.number_of_edges()}
+    assert facts["fabric"] == {"leaves": 2, "spines": 2, "link_gbps": 400.0}
+
+
+def test_show_applies_nic_overrides():
+    """--nics-per-node and --nic-gbps re-parameterise the preset."""
+    result = runner.invoke(app, ["show", "dgx-a100", "--nics-per-node", "4", "--nic-gbps", "400", "--json"])
+    facts = json.loads(result.stdout)
+    assert facts["nic_gbps"] == [400.0] * 4 and facts["nics_per_node"] == 4
+
+
+def test_show_errors_exit_2_with_a_message_and_no_traceback(tmp_path):
+    """Unknown presets, bad files and impossible overrides: exit 2, message on stderr."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("node: {gpu: h100}\n")
+    for args, message in [(["show", "dgx-a10"], "unknown preset 'dgx-a10'"),
+                          (["show", str(bad)], "bad.yaml: node.gpus: required key is missing"),
+                          (["show", "dgx-a100", "--gpus-per-node", "9"], "cannot take 9 GPUs per node of 8")]:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and result.exception is not None
+        assert result.stderr.startswith("error: ") and message in result.stderr
+        assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_import_nvidia_smi_writes_yaml_that_loads(tmp_path):
+    """import turns nvidia-smi output into YAML; load_cluster reads it back."""
+    out = tmp_path / "h100.yaml"
+    result = runner.invoke(app, ["import", str(DATA / "nvidia-smi" / "sglang-30401-h100.txt"),
+                                 "--nic-gbps", "400", "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    cluster = load_cluster(out, nodes=2)
+    assert (cluster.gpu_model, cluster.nodes, cluster.nics_per_node) == ("H100-SXM5-80GB", 2, 8)
+    assert cluster.name == "sglang-30401-h100"
+
+
+def test_import_detects_xml_and_prints_to_stdout(tmp_path):
+    """Without -o the YAML goes to stdout; --format auto recognises XML."""
+    path = DATA / "nccl-xml" / "simai-topo_8A100_4CX6.xml"
+    result = runner.invoke(app, ["import", str(path)])
+    assert result.exit_code == 0, result.stderr
+    out = tmp_path / "a100.yaml"
+    out.write_text(result.stdout)
+    assert nx.utils.graphs_equal(load_cluster(out).graph, import_nccl_topo_xml(path).graph)
+
+
+def test_import_passes_model_and_nvswitch_for_input_files(tmp_path):
+    """--gpu-model, --nic-gbps and --nvswitch complete an NCCL_TOPO_FILE that lacks them."""
+    out = tmp_path / "ndv5.yaml"
+    path = DATA / "nccl-xml" / "azure-ndv5-topo.xml"
+    result = runner.invoke(app, ["import", str(path), "--format", "nccl-xml", "--gpu-model", "H100",
+                                 "--nic-gbps", "400", "--nvswitch", "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert load_cluster(out).nvlink_bw("n0/gpu0") == 450.0
+
+
+def test_import_errors_exit_2(tmp_path):
+    """Missing files, missing arguments and a forced wrong format: exit 2 with the reason."""
+    smi = str(DATA / "nvidia-smi" / "deepep-13-a100.txt")
+    for args, message in [(["import", str(tmp_path / "none.txt")], "cannot read the file"),
+                          (["import", smi, "--nic-gbps", "100"], "give --gpu-model"),
+                          (["import", smi, "--format", "nccl-xml"], "not valid XML")]:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr

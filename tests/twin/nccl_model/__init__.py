@@ -1,0 +1,1 @@
+"""Tests of ``twin.nccl_model``."""

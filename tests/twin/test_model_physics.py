@@ -1,0 +1,360 @@
+"""The physical mechanisms of the twin's model: network steps, paths, channels' CTAs, back-to-back calls."""
+
+import json
+from functools import cache
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traces.task import Op
+from tuner.config import Algo, Config, Proto, Transport
+from tuner.rules import ALGORITHMS_FOR_OP
+from tuner.space import resource_grid
+from twin.model.geometry import CommGeometry
+from twin.model.netpath import net_step_latency_us, proxy_overhead_us
+from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
+from twin.model.schedule import (
+    Unsupported,
+    build_schedule,
+    check_supported,
+    memory_ops_per_byte,
+    phased_gbps,
+    ring_phases,
+    schedule_for,
+    tree_cta_gbps,
+    tree_split,
+)
+from twin.params import DEFAULT_PARAMS
+from twin.placement import Communicator
+from twin.predict import predict
+from twin.topology import load_cluster
+
+MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def a100_nodes():
+    return {n: CommGeometry(load_cluster("dgx-a100", nodes=n)) for n in (1, 2, 4, 8)}
+
+
+def small_tree_us(geom: CommGeometry) -> float:
+    config = Config(Algo.TREE, Proto.LL, Transport.P2P, 1, 640, 32768)
+    return float(build_schedule(geom, Op.ALLREDUCE, 1024, config).time_us())
+
+
+def test_network_step_costs_the_proxy_path_not_just_the_fabric():
+    for proto in Proto:
+        step = net_step_latency_us(proto, fabric_us=1.0, cpu_vendor="intel")
+        assert step > 1.0 + proxy_overhead_us(proto, "intel")  # more than cables and the post
+        assert step > 3 * hop_latency_us(proto, "nvlink")
+    simple, ll = (net_step_latency_us(p, fabric_us=1.0, cpu_vendor="intel") for p in (Proto.SIMPLE, Proto.LL))
+    assert simple > ll  # Simple's receiver must reap, flush and write the tail first
+    for proto in Proto:
+        intel = net_step_latency_us(proto, fabric_us=1.0, cpu_vendor="intel")
+        assert net_step_latency_us(proto, fabric_us=1.0, cpu_vendor="amd") > intel
+        assert net_step_latency_us(proto, fabric_us=2.0, cpu_vendor="intel") == pytest.approx(intel + 1.0)
+
+
+def test_staging_through_host_memory_slows_the_receiving_kernel():
+    gdr = net_step_latency_us(Proto.LL128, fabric_us=1.0, cpu_vendor="intel")
+    staged = net_step_latency_us(Proto.LL128, fabric_us=1.0, cpu_vendor="intel", gdr_send=False, gdr_recv=False)
+    assert staged > gdr
+
+
+def test_nics_behind_the_cpu_lose_gpudirect(a100_nodes):
+    geom = a100_nodes[2]
+    flow = geom.ring_flows(0)[7]  # the hop that leaves node 0
+    assert flow.kind == "net" and flow.gdr_send and flow.gdr_recv
+    farmshare = load_cluster("benchmarks/clusters/farmshare-l40s.yaml", nodes=2)
+    staged = CommGeometry(farmshare, transport=Transport.P2P).ring_flows(0)
+    net = [f for f in staged if f.kind == "net"]
+    assert net and not any(f.gdr_send and f.gdr_recv for f in net)
+
+
+def test_small_message_latency_grows_with_network_levels(a100_nodes):
+    times = [small_tree_us(a100_nodes[n]) for n in (1, 2, 4, 8)]
+    assert times == sorted(times) and len(set(times)) == 4
+    # Each extra tree level adds two network hops (up and down), a few µs each, not a whole
+    # ring's worth of network latency on every NVLink hop.
+    added = [b - a for a, b in pairwise(times[1:])]
+    for step in added:
+        assert 2 * net_step_latency_us(Proto.LL, fabric_us=1.0, cpu_vendor="intel") <= step < 30
+
+
+def test_nvlink_hops_of_a_multinode_ring_do_not_pay_the_network_latency(a100_nodes):
+    geom = a100_nodes[2]
+    net = max(geom.hop_latency_us(f, Proto.LL) for f in geom.ring_flows(0))
+    assert geom.path_latency_us("ring", Proto.LL) < net / 2
+
+
+def test_every_step_of_a_multinode_ring_waits_for_the_proxy(a100_nodes):
+    geom = a100_nodes[2]
+    share = geom.share("ring", 16, Proto.SIMPLE)
+    # Each GPU's proxy posts two channels' sends and reaps/flushes two channels' receives per step.
+    assert share.step_us >= 6 * proxy_overhead_us(Proto.SIMPLE, geom.cpu_vendor) / 3
+    assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).step_us < share.step_us
+
+
+def test_two_rank_ring_peak_is_below_the_n_rank_ring_peak():
+    cluster = load_cluster("dgx-a100")
+    busbw = {}
+    for n in (2, 4, 8):
+        comm = Communicator.first(cluster, n)
+        config = Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 24, 544, 1 << 21)
+        busbw[n] = predict(comm, Op.ALLREDUCE, 1 << 30, **vars_of(config)).busbw_gbps
+    assert busbw[2] < busbw[4] <= busbw[8]
+
+
+def vars_of(config: Config) -> dict:
+    return dict(algo=config.algo, proto=config.proto, transport=config.transport, nchannels=config.nchannels,
+                nthreads=config.nthreads, chunk_bytes=config.chunk_bytes)
+
+
+def test_memory_operations_per_byte_follow_the_primitives():
+    ring = [memory_ops_per_byte(Op.ALLREDUCE, Algo.RING, n) for n in (2, 4, 8, 64)]
+    assert ring == sorted(ring, reverse=True) and ring[0] == 4 and ring[-1] == pytest.approx(3, abs=0.05)
+    for n in (2, 8):
+        assert memory_ops_per_byte(Op.ALLREDUCE, Algo.RING, n, direct=True) < memory_ops_per_byte(
+            Op.ALLREDUCE, Algo.RING, n)
+        assert memory_ops_per_byte(Op.ALLGATHER, Algo.RING, n, direct=True) < memory_ops_per_byte(
+            Op.ALLGATHER, Algo.RING, n)
+    assert memory_ops_per_byte(Op.ALLREDUCE, Algo.TREE, 16) > memory_ops_per_byte(Op.ALLREDUCE, Algo.RING, 16)
+
+
+def test_a_cta_moves_less_payload_when_each_byte_costs_more_operations():
+    fast, slow = (cta_copy_gbps(1555, Proto.SIMPLE, 544, ops) for ops in (2.5, 4.0))
+    assert slow < fast
+    assert cta_copy_gbps(4800, Proto.SIMPLE, 544, 3) > cta_copy_gbps(1555, Proto.SIMPLE, 544, 3)
+    assert cta_copy_gbps(1555, Proto.SIMPLE, 544) > cta_copy_gbps(1555, Proto.SIMPLE, 128)
+    # LL handles one line per thread at a time: its rate grows linearly with threads.
+    assert cta_copy_gbps(1555, Proto.LL, 512, 4) == pytest.approx(2 * cta_copy_gbps(1555, Proto.LL, 256, 4))
+    assert cta_copy_gbps(1555, Proto.LL, 512, 5) < cta_copy_gbps(1555, Proto.LL, 512, 4)
+
+
+def test_one_process_per_gpu_moves_less_than_one_process_driving_all():
+    cluster = load_cluster("dgx-a100")
+    per_gpu = predict(Communicator.first(cluster, 2), Op.ALLREDUCE, 1 << 30).busbw_gbps
+    one_process = predict(Communicator.first(cluster, 2, gpus_per_process=2), Op.ALLREDUCE, 1 << 30).busbw_gbps
+    assert per_gpu < one_process
+
+
+def test_multinode_ring_is_bound_by_its_channels_before_its_nics():
+    comm = Communicator.first(load_cluster("dgx-a100", nodes=2))
+    kw = dict(algo=Algo.RING, proto=Proto.SIMPLE, nthreads=544, chunk_bytes=1 << 21)
+    busbw = {nc: predict(comm, Op.ALLREDUCE, 1 << 31, nchannels=nc, **kw).busbw_gbps for nc in (8, 16, 32, 64)}
+    nic_limit = 8 * 200 / 8  # 8 × 200 Gb/s per node
+    assert busbw[8] < busbw[16] < busbw[32] <= nic_limit
+    assert busbw[64] == pytest.approx(busbw[32], rel=0.05)  # the NICs, not the CTAs, now
+
+
+def test_pipelines_forward_grains_not_whole_chunks(a100_nodes):
+    geom = a100_nodes[2]
+    config = Config(Algo.TREE, Proto.LL128, Transport.P2P, 16, 640, 71040)
+    s = build_schedule(geom, Op.ALLREDUCE, 8 * MIB, config)
+    per_channel = 8 * MIB / 16
+    store_and_forward = (s.steps + per_channel / 71040 - 1) * 71040 / (float(s.gbps) * 1e3)
+    assert float(s.time_us()) < 0.6 * store_and_forward
+    assert float(s.time_us()) > per_channel / (float(s.gbps) * 1e3)
+
+
+def test_back_to_back_broadcasts_overlap_but_allreduces_do_not(a100_nodes):
+    geom = a100_nodes[2]
+    config = Config(Algo.RING, Proto.LL, Transport.P2P, 1, 512, 32768)
+    bcast = build_schedule(geom, Op.BROADCAST, 4096, config)
+    assert float(bcast.back_to_back_us()) < 0.5 * float(bcast.time_us())
+    allreduce = build_schedule(geom, Op.ALLREDUCE, 4096, config)
+    assert float(allreduce.back_to_back_us()) == float(allreduce.time_us())
+
+
+def test_flagged_stores_cross_pcie_in_sector_sized_packets():
+    # LL128 keeps its 120/128 payload on NVLink, but across PCIe every 32-byte sector is a TLP.
+    assert store_efficiency(Proto.LL128, "pcie") < 0.8 * store_efficiency(Proto.LL128, "nvlink")
+    assert store_efficiency(Proto.SIMPLE, "pcie") > 1.5 * store_efficiency(Proto.LL128, "pcie")
+    assert store_efficiency(Proto.LL, "pcie") < store_efficiency(Proto.LL128, "pcie")
+    # A NIC moves whole buffers by DMA, whatever the protocol's stores.
+    assert store_efficiency(Proto.LL128, "pcie", dma=True) > store_efficiency(Proto.LL128, "pcie")
+
+
+def test_a_tree_channel_is_as_fast_as_its_slower_thread_group():
+    up, down = tree_split(Proto.LL, 640)
+    assert up + down == 640 and up > 2 * down and up % 32 == 0
+    up, down = tree_split(Proto.SIMPLE, 640)
+    assert up == 384 and down == 256
+    for proto in (Proto.LL, Proto.LL128, Proto.SIMPLE):
+        tree = tree_cta_gbps(1555, proto, 640, 16, direct=False)
+        whole_cta = cta_copy_gbps(1555, proto, 640, 3.0)
+        assert tree < whole_cta
+    # LL's broadcast group has 30% of the threads, so a tree moves less per channel than a ring.
+    assert tree_cta_gbps(1555, Proto.LL, 640, 16, direct=False) < 0.5 * cta_copy_gbps(1555, Proto.LL, 640, 3.0)
+
+
+def test_cta_model_matches_channels_measured_on_h200():
+    """Real measurements (benchmarks/data/h200x2-channels.json): 2 H200s, NCCL 2.28.9, 1-4 channels,
+    where the channels' CTAs rather than NVLink set the pace."""
+    data = json.loads((ROOT / "benchmarks" / "data" / "h200x2-channels.json").read_text())
+    threads = {"simple": 544, "simple256": 288, "ll128": 640, "ll": 512}  # NCCL's, +32 sync for Simple
+    protos = {"simple": Proto.SIMPLE, "simple256": Proto.SIMPLE, "ll128": Proto.LL128, "ll": Proto.LL}
+    ops = {"allreduce": Op.ALLREDUCE, "allgather": Op.ALLGATHER, "reducescatter": Op.REDUCESCATTER}
+    checked = 0
+    for run, body in data["runs"].items():
+        rows = [r for r in body["rows"] if r["kind"] == "bandwidth" and r["nchannels"] <= 4]
+        for r in rows:
+            per_byte = memory_ops_per_byte(ops[r["op"]], Algo.RING, 2)
+            model = cta_copy_gbps(4800, protos[run], threads[run], per_byte)
+            assert model == pytest.approx(r["sent_gbps_per_channel"], rel=0.2), (run, r)
+            checked += 1
+        by_op = {r["op"]: r["sent_gbps_per_channel"] for r in rows if r["nchannels"] == 1}
+        assert by_op["allreduce"] > by_op["allgather"]  # 4 operations per byte sent against 5
+    assert checked == 4 * 3 * 3
+
+
+def test_one_gpu_per_node_groups_use_their_gpus_own_nics():
+    """A data-parallel group (GPU g of every node) sends through GPU g's NICs, never across a CPU
+    to another GPU's rail (NCCL picks each GPU's nearest NICs)."""
+    cluster = load_cluster("dgx-a100", nodes=2)
+    for g in range(8):
+        geom = CommGeometry(cluster, [f"n0/gpu{g}", f"n1/gpu{g}"])
+        flows = [f for c in range(4) for f in geom.ring_flows(c) + geom.tree_flows(c)]
+        assert flows and not any(h.kind == "cpu" for f in flows for h in f.hops), g
+        assert {geom.nic(0, c) for c in range(4)} == {f"n0/nic{2 * (g // 2)}", f"n0/nic{2 * (g // 2) + 1}"}
+
+
+def test_a_tree_over_the_network_transport_pays_its_loopback_hops():
+    """With P2P and SHM off, a one-node tree's chain hops go through the NICs: every step waits
+    for the proxy path, not for nothing."""
+    geom = CommGeometry(load_cluster("dgx-h100", gpus_per_node=4), transport=Transport.NET)
+    for proto in Proto:
+        loopback = min(f.latency_us(proto, geom.cpu_vendor) for f in geom.tree_flows(0))
+        assert loopback > 2 * hop_latency_us(proto, "pcie")
+        assert geom.share("tree", 4, proto).step_us >= loopback
+
+
+SHAPES = (("dgx-h100", 1, 4), ("dgx-h100", 4, 1), ("dgx-a100", 2, 8), ("a40-nvlink-pairs", 1, 8),
+          ("l40s-pcie", 2, 4), ("a40-pcie", 2, 2))
+
+
+@cache
+def shape_geometry(shape: tuple, transport: Transport) -> CommGeometry:
+    preset, nodes, gpus = shape
+    return CommGeometry(load_cluster(preset, nodes=nodes, gpus_per_node=gpus), transport=transport)
+
+
+def _supported() -> list[tuple]:
+    out = []
+    for shape in SHAPES:
+        for transport in Transport:
+            for op, algos in ALGORITHMS_FOR_OP.items():
+                for algo in algos:
+                    for proto in Proto:
+                        try:
+                            check_supported(shape_geometry(shape, transport), op, algo, proto)
+                        except Unsupported:
+                            continue
+                        out.append((shape, transport, op, algo, proto))
+    return out
+
+
+@settings(max_examples=150)
+@given(case=st.sampled_from(_supported()), nbytes=st.integers(1, 1 << 32), data=st.data())
+def test_every_supported_prediction_is_finite_and_positive(case, nbytes, data):
+    """Any cluster, op, algorithm, protocol and transport NCCL can run, at any point of AutoCCL's
+    resource grid (all its chunk sizes at once): a finite, positive time with a positive step."""
+    shape, transport, op, algo, proto = case
+    grid = resource_grid(algo, proto)
+    nchannels = data.draw(st.sampled_from(list(grid.nchannels)))
+    nthreads = data.draw(st.sampled_from(grid.nthreads))
+    s = schedule_for(shape_geometry(shape, transport), op, nbytes, algo, proto, int(nchannels), nthreads,
+                     grid.chunks[nthreads].astype(float))
+    times = np.asarray(s.time_us())
+    assert np.all(np.isfinite(times)) and np.all(times > 0), (case, nchannels, nthreads)
+    assert s.step_us > 0 and np.all(np.asarray(s.gbps) > 0)
+
+
+def test_ring_channels_keep_in_step_so_the_final_copy_idles_the_link():
+    """Real measurements (benchmarks/data/h200x2-channels.json, 256 MiB, 2 H200s): at 16 channels
+    a channel sends 13-16 GB/s where 1-8 channels sent 15-21, though the NVLink share is still
+    above its CTA's rate.  A channel runs its primitives one after another, and the final receive
+    (a local copy) leaves the link idle, so once the link binds the sends the copy comes on top."""
+    data = json.loads((ROOT / "benchmarks" / "data" / "h200x2-channels.json").read_text())
+    geom = CommGeometry(load_cluster("hgx-h200", gpus_per_node=2))
+    threads = {"simple": 544, "simple256": 288, "ll128": 640, "ll": 512}
+    protos = {"simple": Proto.SIMPLE, "simple256": Proto.SIMPLE, "ll128": Proto.LL128, "ll": Proto.LL}
+    chunks = {Proto.SIMPLE: 1 << 21, Proto.LL128: 576000, Proto.LL: 32768}
+    ops = {"allreduce": Op.ALLREDUCE, "allgather": Op.ALLGATHER, "reducescatter": Op.REDUCESCATTER}
+    checked = 0
+    for run, body in data["runs"].items():
+        proto = protos[run]
+        for r in body["rows"]:
+            if r["kind"] != "bandwidth" or r["nchannels"] < 8:
+                continue
+            config = Config(Algo.RING, proto, Transport.P2P, r["nchannels"], threads[run], chunks[proto])
+            s = build_schedule(geom, ops[r["op"]], r["nbytes"], config)
+            assert float(s.gbps) == pytest.approx(r["sent_gbps_per_channel"], rel=0.15), (run, r)
+            checked += 1
+    assert checked == 4 * 3 * 2
+    sends_only = ring_phases(Op.ALLREDUCE, 2, direct=True)
+    assert not any(not p.sends for p in sends_only)  # direct pointers: no final copy
+    assert phased_gbps(ring_phases(Op.ALLREDUCE, 2), 100.0, 80.0) == pytest.approx(80.0 / 4)  # CTA-bound
+    assert phased_gbps(ring_phases(Op.ALLREDUCE, 2), 15.0, 80.0) < 15.0 * 0.85  # link-bound sends
+
+
+def test_nvls_needs_hopper_even_on_an_nvswitch_node(a100_nodes):
+    """An A100 node has NVSwitches but no NVLink SHARP (NCCL enables NVLS from sm_90)."""
+    with pytest.raises(Unsupported, match="sm_90"):
+        check_supported(a100_nodes[1], Op.ALLREDUCE, Algo.NVLS, Proto.SIMPLE)
+    check_supported(CommGeometry(load_cluster("dgx-h100", nodes=1)), Op.ALLREDUCE, Algo.NVLS, Proto.SIMPLE)
+
+
+def test_a_simple_ring_slice_is_half_of_what_a_step_carries(a100_nodes):
+    """A loop that carries less than a chunk is cut into two slices of what it carries (not of the
+    nominal chunk), never below NCCL's smallest slice, and each slice costs a hand-over."""
+    geom = a100_nodes[1]
+    small, large = (build_schedule(geom, Op.ALLREDUCE, 8 * MIB, Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 8, 256,
+                                                                      chunk)) for chunk in (1 * MIB, 4 * MIB))
+    assert small.step_bytes == large.step_bytes == 8 * MIB / 8 / 8
+    assert small.unit_bytes == large.unit_bytes == small.step_bytes / 2
+    assert small.sync_us == large.sync_us == 2 * DEFAULT_PARAMS.protocol.simple_slice_sync_us
+    tiny = build_schedule(geom, Op.ALLREDUCE, 64 * 8 * 8 * 8, Config(Algo.RING, Proto.SIMPLE, Transport.P2P, 8, 256,
+                                                                   1 * MIB))
+    assert tiny.unit_bytes == tiny.step_bytes and tiny.sync_us == DEFAULT_PARAMS.protocol.simple_slice_sync_us
+    ll = build_schedule(geom, Op.ALLREDUCE, 8 * MIB, Config(Algo.RING, Proto.LL, Transport.P2P, 8, 256, 32768))
+    assert ll.sync_us == 0
+
+
+def test_multi_node_rings_gain_from_more_and_faster_nics():
+    """Two DGX H100s (eight 400 Gb/s NICs each, one beside each GPU) beat two DGX A100s (200 Gb/s);
+    more NICs per node never slow a ring down. Each GPU's ring enters the node at the GPU beside its
+    NIC and leaves through it over NVLink (PXN), not across the CPU's root complex."""
+    def ring_busbw(preset, **options):
+        comm = Communicator.first(load_cluster(preset, nodes=2, **options), 16)
+        return predict(comm, Op.ALLREDUCE, 1 << 30, algo=Algo.RING, proto=Proto.SIMPLE).busbw_gbps
+
+    assert ring_busbw("dgx-h100") > 1.5 * ring_busbw("dgx-a100")
+    by_nics = [ring_busbw("dgx-h100", nics_per_node=k) for k in (2, 4, 8)]
+    assert by_nics == sorted(by_nics)
+    geom = CommGeometry(load_cluster("dgx-h100", nodes=2))
+    assert not any(h.dst.endswith("cpu0") or h.src.endswith("cpu0") for f in geom.ring_flows(0) for h in f.hops)
+
+
+def test_an_alltoall_runs_its_peers_side_by_side():
+    """Each rank's sends to its peers run on their own CTAs, a chunk to every peer per step: across
+    two DGX H100s an AllToAll is bound by the NICs (tens of GB/s), not by one CTA stepping through
+    one chunk at a time (it was 4.6 GB/s)."""
+    comm = Communicator.first(load_cluster("dgx-h100", nodes=2), 16)
+    busbw = [predict(comm, Op.ALLTOALL, n).busbw_gbps for n in (1 << 20, 64 << 20, 1 << 30)]
+    assert busbw == sorted(busbw) and 25 < busbw[-1] < 100
+    one_node = predict(Communicator.first(load_cluster("dgx-h100", nodes=1), 8), Op.ALLTOALL, 1 << 30).busbw_gbps
+    assert 250 < one_node < 450  # NVLink 4: 450 GB/s per GPU and direction
+
+
+def test_channels_on_different_nics_leave_their_node_from_different_gpus():
+    """Eight rails, eight channels: every GPU of an HGX H200 node is the entry of one channel and the
+    exit of another, so each proxy thread serves one network send and one receive per step."""
+    geom = CommGeometry(load_cluster("hgx-h200", nodes=4))
+    orders = [geom._local_order(0, channel) for channel in range(8)]
+    assert sorted(order[0] for order in orders) == sorted(order[-1] for order in orders) == geom._hosts[0]
