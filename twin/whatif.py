@@ -227,6 +227,12 @@ def tune(trace: Trace, comms: Communicators, default: ReplayResult) -> ReplayRes
 def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True) -> ClusterReport:
     """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given)."""
     cluster = cluster_for(trace, candidate.topology, nodes=candidate.nodes)
+    return evaluate_cluster(trace, cluster, candidate, tuned=tuned)
+
+
+def evaluate_cluster(trace: Trace, cluster, candidate: Candidate, *, tuned: bool = True) -> ClusterReport:
+    """Replay ``trace`` on ``cluster``, built already (an edited description, say); ``candidate``
+    names it and gives its price."""
     comms = Communicators(trace, cluster)
     default = replay(trace, cluster, comms=comms)
     tuned_result = tune(trace, comms, default) if tuned else None
