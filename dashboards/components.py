@@ -16,7 +16,8 @@ POLL_MS = 400
 
 
 def job_area(prefix: str, label: str = "Run") -> html.Div:
-    """The run button, progress bar, progress text and message line of job ``prefix``."""
+    """The run button, progress bar, progress text and message line of job ``prefix``; the text's
+    ``title`` is the id of the job it shows (so a script can tell one run from the next)."""
     return html.Div(className="job", children=[
         html.Button(label, id=f"{prefix}-run", className="run"),
         html.Progress(id=f"{prefix}-progress", value="0", max="1"),
@@ -44,20 +45,22 @@ def register_job(prefix: str, *, states: list[State], outputs: list[Output], sta
         return current().jobs.start(fn, *args), False, ""
 
     @callback(Output(f"{prefix}-progress", "value"), Output(f"{prefix}-progress", "max"),
-              Output(f"{prefix}-progress-text", "children"), Output(f"{prefix}-poll", "disabled", allow_duplicate=True),
+              Output(f"{prefix}-progress-text", "children"), Output(f"{prefix}-progress-text", "title"),
+              Output(f"{prefix}-poll", "disabled", allow_duplicate=True),
               Output(f"{prefix}-message", "children", allow_duplicate=True), *outputs,
               Input(f"{prefix}-poll", "n_intervals"), State(f"{prefix}-job", "data"), prevent_initial_call=True)
     def _poll(_n, job):
         if not job:
-            return (no_update,) * (5 + len(outputs))
+            return (no_update,) * (6 + len(outputs))
         status = current().jobs.status(job)
         text = f"{status.done} of {status.total} {unit}" if status.total else (
             f"{status.done} {unit}" if status.done else "starting…")
         if not status.finished:
-            return (str(status.done), str(max(status.total, 1)), text, False, no_update) + (no_update,) * len(outputs)
+            running = (str(status.done), str(max(status.total, 1)), text, job, False, no_update)
+            return running + (no_update,) * len(outputs)
         if status.error is not None:
-            return ("0", "1", "", True, status.error) + (no_update,) * len(outputs)
-        return ("1", "1", f"done: {text}", True, "", *render(status.result))
+            return ("0", "1", "", job, True, status.error) + (no_update,) * len(outputs)
+        return ("1", "1", f"done: {text}", job, True, "", *render(status.result))
 
 
 def field(label: str, control) -> html.Label:

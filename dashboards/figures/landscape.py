@@ -57,7 +57,7 @@ def heatmap_figure(ls: Landscape, nthreads: int | None = None, *, constants: str
     color_ticks = [v for v in (10.0 ** k * m for k in range(-1, 8) for m in (1, 2, 5)) if lo <= v <= hi]
     fig = figure(f"{ls.subspace} at {nt} threads: {_task(ls)}", f"{on} · trials: {ls.search} in the twin (2% noise)",
                  xaxis={"title": "chunk", "tickvals": ticks, "ticktext": [human_bytes(2 ** t) for t in ticks]},
-                 yaxis_title="channels", height=520)
+                 yaxis_title="channels", height=520, showlegend=True)
     fig.add_heatmap(x=np.log2(chunks), y=channels, z=np.log10(finite), colorscale="Viridis_r", customdata=finite,
                     colorbar={"title": "µs", "tickvals": np.log10(color_ticks),
                               "ticktext": [f"{v:g}" for v in color_ticks]},

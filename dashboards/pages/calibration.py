@@ -28,6 +28,7 @@ layout = html.Div([
         field("is modelled as (empty: by its GPU)",
               dcc.Dropdown(id="cal-preset", options=[n for n, _ in list_presets()], style={"width": "12em"})),
         field("GPUs/node", number("cal-gpn", "", width="3em")),
+        field("NICs/node", number("cal-nics", "", width="3em")),
         field("NIC Gb/s", number("cal-nic", "", width="4em")),
     ]),
     log_upload("cal"),
@@ -43,10 +44,11 @@ layout = html.Div([
 def _hardware(_id):
     ids = hardware_ids(current().store) if current().store else []
     measured = [h for h in ids if not h.startswith("twin:")]
-    return measured, (measured[0] if measured else None)
+    named = [h for h in measured if preset_for(h)]  # first one whose id says its GPU
+    return measured, (named or measured or [None])[0]
 
 
-def _start(hardware, preset, gpn, nic, logs):
+def _start(hardware, preset, gpn, nics, nic, logs):
     measured = read_store(current().store, hardware) if current().store and hardware else []
     measured += [m for key in logs or [] for m in current().logs.get(key, [])]
     if not measured:
@@ -55,6 +57,7 @@ def _start(hardware, preset, gpn, nic, logs):
     if preset is None:
         raise InputError(f"no preset has the GPU of {measured[0].hardware!r}: choose the preset that models it")
     candidate = CandidateCluster(preset=preset, gpus_per_node=optional_int(gpn, "GPUs per node"),
+                                 nics_per_node=optional_int(nics, "NICs per node", minimum=0),
                                  nic_gbps=optional_number(nic, "NIC rate (Gb/s)", positive=True))
     candidate.check()
     return partial(_compare, params=current().params), (measured, candidate)
@@ -82,7 +85,8 @@ def _render(result):
 
 
 register_job("cal", triggers=(Input("cal-hardware", "value"),),
-             states=[State("cal-preset", "value"), State("cal-gpn", "value"), State("cal-nic", "value"),
+             states=[State("cal-preset", "value"), State("cal-gpn", "value"), State("cal-nics", "value"),
+                     State("cal-nic", "value"),
                      State("cal-logs", "data")],
              outputs=[Output("cal-notes", "children"), Output("cal-numbers", "children"),
                       Output("cal-parity", "figure"), Output("cal-error", "figure")],
