@@ -49,9 +49,11 @@ def run_parallel(fn: Callable[[Any], Any], items: Sequence[Any], *, engine: str 
             report(len(results), len(items))
         return results
     results: list[Any] = [None] * len(items)
-    # forkserver: a clean process to fork workers from (forking the threaded web server is unsafe)
-    with ProcessPoolExecutor(max_workers=min(workers or default_workers(), len(items)),
-                             mp_context=multiprocessing.get_context("forkserver")) as pool:
+    # forkserver: a clean process to fork workers from (forking the threaded web server is unsafe),
+    # with fn's module imported once there rather than in every worker
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([fn.__module__])
+    with ProcessPoolExecutor(max_workers=min(workers or default_workers(), len(items)), mp_context=context) as pool:
         futures = {pool.submit(fn, x): i for i, x in enumerate(items)}
         for done, future in enumerate(as_completed(futures), 1):
             results[futures[future]] = future.result()

@@ -175,19 +175,23 @@ def sweep(workload: WorkloadChoice, base: CandidateCluster, parameter: str, valu
     return Sweep(parameter, base, workload.name, tuple(points), tuple(notes))
 
 
-def knee(xs: list[float], ys: list[float]) -> int | None:
-    """Index of the knee of a curve: the point farthest from the chord joining its ends, both axes
-    scaled to [0, 1] (the Kneedle idea); ``None`` for fewer than three points or a curve that
-    bends less than ``KNEE_MIN_BEND``."""
-    if len(xs) < 3:
-        return None
+def bend(xs: list[float], ys: list[float]) -> np.ndarray:
+    """Each point's distance from the chord joining the curve's ends, both axes scaled to [0, 1]
+    (zeros for a curve flat on an axis)."""
     x, y = np.asarray(xs, float), np.asarray(ys, float)
     span_x, span_y = np.ptp(x), np.ptp(y)
     if span_x == 0 or span_y == 0:
-        return None
+        return np.zeros(len(x))
     x, y = (x - x.min()) / span_x, (y - y.min()) / span_y
-    # distance of each point from the line through the first and the last
     dx, dy = x[-1] - x[0], y[-1] - y[0]
-    distance = np.abs(dy * (x - x[0]) - dx * (y - y[0])) / np.hypot(dx, dy)
+    return np.abs(dy * (x - x[0]) - dx * (y - y[0])) / np.hypot(dx, dy)
+
+
+def knee(xs: list[float], ys: list[float]) -> int | None:
+    """Index of the knee of a curve: its point of greatest ``bend`` (the Kneedle idea); ``None``
+    for fewer than three points or a curve that bends less than ``KNEE_MIN_BEND``."""
+    if len(xs) < 3:
+        return None
+    distance = bend(xs, ys)
     i = int(np.argmax(distance))
     return i if distance[i] >= KNEE_MIN_BEND and 0 < i < len(xs) - 1 else None

@@ -20,7 +20,7 @@ def busbw_figure(predicted: list[PredictedCurve], measured: list[MeasuredCurve] 
     sizes = sorted({n for c in [*predicted, *measured] for n in c.nbytes})
     fig = figure("Bus bandwidth vs message size", " | ".join(parts) or "nothing to show yet",
                  xaxis={"type": "log", "title": "size (nccl-tests' size column)", **size_ticks(sizes)},
-                 yaxis={"type": "log", "title": "busbw (GB/s)"}, hovermode="closest")
+                 yaxis={"type": "log", "title": "busbw (GB/s)"}, hovermode="closest", height=560)
     for c in predicted:
         fig.add_scatter(x=list(c.nbytes), y=list(c.busbw_gbps), mode="lines+markers", name=c.label,
                         customdata=list(c.configs), marker={"size": 5},

@@ -23,9 +23,10 @@ def provenance(*, on: str, nccl: str | None = None, constants: str | None = None
 def figure(title: str, subtitle: str, **layout) -> go.Figure:
     """An empty figure with the house layout, a title and its provenance subtitle."""
     fig = go.Figure()
+    house = {"template": "plotly_white", "height": 460, "margin": {"t": 80, "l": 70, "r": 30, "b": 60},
+             "legend": {"orientation": "h", "y": -0.2}}
     fig.update_layout(title={"text": title, "subtitle": {"text": subtitle}, "x": 0.01, "xanchor": "left"},
-                      template="plotly_white", margin={"t": 80, "l": 70, "r": 30, "b": 60},
-                      legend={"orientation": "h", "y": -0.2}, **layout)
+                      **{**house, **layout})
     return fig
 
 
@@ -40,3 +41,11 @@ def size_ticks(nbytes: list[int]) -> dict:
             ticks.append(t)
         t *= 4
     return {"tickvals": ticks, "ticktext": [human_bytes(t) for t in ticks]}
+
+
+def placeholder(text: str) -> go.Figure:
+    """A blank figure that says what will appear (before a run), with no axes."""
+    fig = go.Figure()
+    fig.update_layout(template="plotly_white", height=220, xaxis={"visible": False}, yaxis={"visible": False},
+                      annotations=[{"text": text, "showarrow": False, "font": {"size": 15, "color": "#777"}}])
+    return fig

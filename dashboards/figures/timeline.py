@@ -24,8 +24,8 @@ def timeline_figure(runs: list[list[Measurement]], *, default_us: float | None =
     kind = "predicted (twin executor)" if first.source == "twin" else f"measured ({first.source})"
     on = provenance(on=first.hardware, nccl=f"NCCL {first.nccl_version or 'unknown'}", kind=kind)
     fig = figure(f"Tuning timeline: {t.op} {human_bytes(t.nbytes)} {t.dtype} on {t.nranks} ranks ({t.group or '-'})",
-                 f"{on} · {len(runs)} run(s) from the store", xaxis_title="trial", yaxis={"title": "µs per call",
-                                                                                         "type": "log"})
+                 f"{on} · {len(runs)} run(s) from the store", xaxis_title="trial", height=520,
+                 yaxis={"title": "µs per call", "type": "log"})
     for k, run in enumerate(runs):
         color = PALETTE[k % len(PALETTE)]
         times = [m.time_us for m in run]

@@ -111,7 +111,7 @@ def summary_table(report: WhatIfReport, *, constants: str = "default constants")
     """The clusters side by side as a table figure."""
     rows = summary_rows(report)
     fig = figure("Candidate clusters side by side", _on(report, constants),
-                 height=140 + 30 * len(rows), margin={"t": 80, "l": 10, "r": 10, "b": 10})
+                 height=170 + 48 * len(rows), margin={"t": 80, "l": 10, "r": 10, "b": 10})
     fig.add_trace(go.Table(header={"values": list(SUMMARY_COLUMNS), "fill_color": "#deebf7", "align": "left"},
                            cells={"values": list(zip(*rows, strict=True)) if rows else [[] for _ in SUMMARY_COLUMNS],
                                   "align": "left"}))

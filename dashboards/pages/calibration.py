@@ -11,6 +11,7 @@ from dash import Input, Output, State, callback, dcc, html
 from dashboards.clusters import CandidateCluster, preset_for
 from dashboards.components import field, job_area, log_upload, number, register_job, register_log_upload
 from dashboards.figures.calibration import error_figure, parity_figure
+from dashboards.figures.common import placeholder
 from dashboards.inputs import InputError, optional_int, optional_number
 from dashboards.measured import calibration_points, hardware_ids, read_store, regime_errors
 from dashboards.state import current
@@ -35,8 +36,8 @@ layout = html.Div([
     job_area("cal", "Compare"),
     html.Div(id="cal-notes", className="note"),
     html.Table(id="cal-numbers", className="numbers"),
-    dcc.Graph(id="cal-parity"),
-    dcc.Graph(id="cal-error"),
+    dcc.Graph(id="cal-parity", figure=placeholder("predicted vs measured appears here")),
+    dcc.Graph(id="cal-error", figure=placeholder("errors by size appear here")),
 ])
 
 

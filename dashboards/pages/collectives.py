@@ -12,6 +12,7 @@ from dashboards.clusters import CandidateCluster
 from dashboards.components import field, job_area, log_upload, number, register_job, register_log_upload
 from dashboards.explore import parse_sizes, predict_curves
 from dashboards.figures.collectives import busbw_figure
+from dashboards.figures.common import placeholder
 from dashboards.inputs import optional_int
 from dashboards.measured import hardware_ids, measured_curves, read_store
 from dashboards.state import current
@@ -47,7 +48,7 @@ layout = html.Div([
     log_upload("coll"),
     job_area("coll", "Predict"),
     html.Table(id="coll-numbers", className="numbers"),
-    dcc.Graph(id="coll-figure", style={"height": "560px"}),
+    dcc.Graph(id="coll-figure", figure=placeholder("busbw curves appear here")),
 ])
 
 

@@ -11,6 +11,7 @@ from dash import Input, Output, State, callback, dcc, html, no_update
 from dashboards.clusters import CandidateCluster
 from dashboards.components import field, job_area, number, register_job
 from dashboards.explore import landscape
+from dashboards.figures.common import placeholder
 from dashboards.figures.landscape import default_threads, heatmap_figure, ranking_figure
 from dashboards.inputs import InputError, optional_int
 from dashboards.state import current
@@ -41,10 +42,10 @@ layout = html.Div([
     ]),
     job_area("land", "Rank and tune"),
     html.Table(id="land-numbers", className="numbers"),
-    dcc.Graph(id="land-ranking"),
+    dcc.Graph(id="land-ranking", figure=placeholder("the ranked subspaces appear here")),
     html.Div(className="controls", children=[
         field("threads", dcc.Dropdown(id="land-threads", clearable=False, style={"width": "7em"}))]),
-    dcc.Graph(id="land-heatmap"),
+    dcc.Graph(id="land-heatmap", figure=placeholder("the heatmap appears here")),
 ])
 
 

@@ -12,6 +12,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from dashboards.clusters import CandidateCluster
 from dashboards.components import field, job_area, number, register_job
+from dashboards.figures.common import placeholder
 from dashboards.figures.timeline import timeline_figure
 from dashboards.inputs import InputError, optional_int
 from dashboards.measured import converged_at, default_measurements, read_store, tuned_tasks, tuning_runs
@@ -34,7 +35,7 @@ layout = html.Div([
         html.Button("Reload the store", id="time-reload", className="secondary")]),
     html.Div(id="time-message", className="message", role="alert"),
     html.Table(id="time-numbers", className="numbers"),
-    dcc.Graph(id="time-figure", style={"height": "520px"}),
+    dcc.Graph(id="time-figure", figure=placeholder("tuning runs appear here")),
     html.H3("Tune a task in the twin, into the store"),
     html.Div(className="controls", children=[
         field("cluster", dcc.Dropdown(id="tune-preset", options=[n for n, _ in list_presets()], value="dgx-h100",

@@ -11,6 +11,7 @@ from dash import Input, Output, State, callback, dash_table, dcc, html, no_updat
 
 from dashboards.clusters import INTRA_NODE, CandidateCluster
 from dashboards.components import field, job_area, number, register_job
+from dashboards.figures.common import placeholder
 from dashboards.figures.sweep import sweep_figure
 from dashboards.figures.whatif import SUMMARY_COLUMNS, breakdown_figure, cost_figure, iteration_figure, summary_rows
 from dashboards.inputs import InputError, number_list, positive_int
@@ -81,7 +82,9 @@ layout = html.Div([
     html.Table(id="whatif-summary", className="numbers"),
     html.Button("Download HTML report", id="whatif-download-button", className="secondary"),
     dcc.Download(id="whatif-download"),
-    dcc.Graph(id="whatif-iteration"), dcc.Graph(id="whatif-breakdown"), dcc.Graph(id="whatif-cost"),
+    dcc.Graph(id="whatif-iteration", figure=placeholder("iteration times appear here")),
+    dcc.Graph(id="whatif-breakdown", figure=placeholder("per-op communication appears here")),
+    dcc.Graph(id="whatif-cost", figure=placeholder("costs appear here")),
     html.H3("Sweep one parameter"),
     html.Div(className="controls", children=[
         field("candidate", dcc.Dropdown(id="sweep-base", clearable=False, style={"width": "16em"})),
@@ -98,7 +101,7 @@ layout = html.Div([
     html.Ul(id="sweep-errors", className="message"),
     html.Table(id="sweep-points", className="numbers"),
     dcc.Store(id="sweep-done"),
-    dcc.Graph(id="sweep-figure"),
+    dcc.Graph(id="sweep-figure", figure=placeholder("choose a candidate and a parameter, then Sweep")),
 ])
 
 

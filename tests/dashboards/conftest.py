@@ -110,10 +110,17 @@ def page(chromium):
     context.close()
 
 
-def screenshot(page, name: str, tmp_path: Path) -> Path:
-    """Save the whole page as ``name``.png (in ``CCLTWIN_SCREENSHOTS`` when set)."""
+@pytest.fixture
+def screenshot(tmp_path):
+    """``screenshot(page, name)`` saves the whole page as ``name``.png (in ``CCLTWIN_SCREENSHOTS``
+    when set) and checks the file is a PNG."""
     folder = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path
+
+    def take(page, name: str) -> Path:
+        path = folder / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        return path
+
+    return take

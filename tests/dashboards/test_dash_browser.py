@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dashboards.conftest import screenshot
-
 pytestmark = pytest.mark.usefixtures("server")
 
 DONE_OR_NEW_MESSAGE = """([p, old, oldMessage]) => {
@@ -73,7 +71,7 @@ def figure_text(page, graph: str) -> str:
     return page.text_content(f"#{graph} .js-plotly-plot") or ""
 
 
-def test_whatif_page_compares_sweeps_and_reports_bad_input(server, page, tmp_path):
+def test_whatif_page_compares_sweeps_and_reports_bad_input(server, page, screenshot, tmp_path):
     """The purchase page replays the default workload on load; another workload, an edited NIC rate
     and a sweep change the numbers; zero nodes, a NIC rate of -1, too few GPUs and an unreadable
     upload each get a message."""
@@ -82,7 +80,7 @@ def test_whatif_page_compares_sweeps_and_reports_bad_input(server, page, tmp_pat
     first = rows(page, "whatif-summary")
     assert [r[0] for r in first[1:]] == ["dgx-h100 x4", "dgx-a100 x4"]
     assert "predicted on dgx-h100 x4, dgx-a100 x4" in figure_text(page, "whatif-iteration")
-    screenshot(page, "whatif", tmp_path)
+    screenshot(page, "whatif")
 
     choose(page, "whatif-example", "vgg19-dp32")
     page.click("#whatif-tuned label")  # untick "also tune": the default replay only, faster
@@ -100,7 +98,7 @@ def test_whatif_page_compares_sweeps_and_reports_bad_input(server, page, tmp_pat
     points = rows(page, "sweep-points")
     assert [r[0] for r in points[1:]] == ["50", "100", "200", "400", "800"]
     wait_for_figure(page, "sweep-figure", "knee at")
-    screenshot(page, "whatif-sweep", tmp_path)
+    screenshot(page, "whatif-sweep")
 
     edit_cell(page, "nodes", 0, "0")
     assert "dgx-h100: nodes must be at least 1, got 0" in run_job(page, "whatif")
@@ -120,7 +118,7 @@ def test_whatif_page_compares_sweeps_and_reports_bad_input(server, page, tmp_pat
     assert page.errors == []
 
 
-def test_collective_explorer_overlays_measured_curves(server, page, tmp_path):
+def test_collective_explorer_overlays_measured_curves(server, page, screenshot):
     """The explorer predicts on load with the store's measured curves beside; new sizes change the
     numbers; a rank count that does not fill whole nodes gets a message."""
     page.goto(server + "/collectives")
@@ -135,14 +133,14 @@ def test_collective_explorer_overlays_measured_curves(server, page, tmp_path):
     assert run_job(page, "coll") == ""
     changed = rows(page, "coll-numbers")
     assert changed[1][1] == "256 MiB" and changed[1][2] != table[1][2]
-    screenshot(page, "collectives", tmp_path)
+    screenshot(page, "collectives")
 
     type_into(page, "#coll-nranks", "12")
     assert "12 ranks do not fill whole nodes of 8 GPUs" in run_job(page, "coll")
     assert page.errors == []
 
 
-def test_landscape_ranks_sweeps_and_draws_the_trials(server, page, tmp_path):
+def test_landscape_ranks_sweeps_and_draws_the_trials(server, page, screenshot):
     """The landscape ranks the default task on load and draws the tuner's trials; another size
     changes the ranking, another thread count the heatmap."""
     page.goto(server + "/landscape")
@@ -158,14 +156,14 @@ def test_landscape_ranks_sweeps_and_draws_the_trials(server, page, tmp_path):
     assert small[1:] != first[1:]
     choose(page, "land-threads", "512")
     page.wait_for_function("() => document.querySelector('#land-heatmap .gtitle').textContent.includes('512 threads')")
-    screenshot(page, "landscape", tmp_path)
+    screenshot(page, "landscape")
 
     type_into(page, "#land-size", "0")
     assert "the message size must be at least 1 byte" in run_job(page, "land")
     assert page.errors == []
 
 
-def test_timeline_shows_runs_and_records_a_new_one(server, page, tmp_path):
+def test_timeline_shows_runs_and_records_a_new_one(server, page, screenshot):
     """The timeline draws the store's two runs with where each converged; tuning another task in the
     twin adds it to the store and to the task list."""
     page.goto(server + "/timeline")
@@ -175,7 +173,7 @@ def test_timeline_shows_runs_and_records_a_new_one(server, page, tmp_path):
     assert all(int(r[3]) <= int(r[1]) for r in runs[1:])
     text = figure_text(page, "time-figure")
     assert "run 1 converged at trial" in text and "NCCL default (predicted)" in text
-    screenshot(page, "timeline", tmp_path)
+    screenshot(page, "timeline")
 
     type_into(page, "#tune-size", "4MiB")
     choose(page, "tune-search", "ours")
@@ -184,7 +182,7 @@ def test_timeline_shows_runs_and_records_a_new_one(server, page, tmp_path):
     assert page.errors == []
 
 
-def test_calibration_compares_measured_and_predicted(server, page, tmp_path):
+def test_calibration_compares_measured_and_predicted(server, page, screenshot):
     """Calibration predicts, on load, the measured hardware whose id names its GPU (on that GPU's
     preset); another hardware, modelled as the preset chosen, changes the errors; a hardware the
     twin cannot guess and zero GPUs per node get messages."""
@@ -203,7 +201,7 @@ def test_calibration_compares_measured_and_predicted(server, page, tmp_path):
     abci = rows(page, "cal-numbers")
     assert abci[1:] != h100[1:]
     assert "measured on ABCI 2.0 Compute Node (A) (NCCL 2.8.4)" in figure_text(page, "cal-error")
-    screenshot(page, "calibration", tmp_path)
+    screenshot(page, "calibration")
 
     type_into(page, "#cal-gpn", "0")
     assert "GPUs per node must be at least 1, got 0" in run_job(page, "cal")
