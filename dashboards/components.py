@@ -63,6 +63,12 @@ def register_job(prefix: str, *, states: list[State], outputs: list[Output], sta
         return ("1", "1", f"done: {text}", job, True, "", *render(status.result))
 
 
+def job_result(job: str | None):
+    """The result of a finished job (``None`` while it runs, after an error, or without a job)."""
+    status = current().jobs.status(job) if job else None
+    return None if status is None or not status.finished else status.result
+
+
 def field(label: str, control) -> html.Label:
     """A labelled control."""
     return html.Label(className="field", children=[html.Span(label), control])

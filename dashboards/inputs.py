@@ -7,7 +7,7 @@ at least 1, got 0")``, shown on the page under the table; nothing is computed.
 4
 >>> number_list("1, 2,4", "values")
 [1.0, 2.0, 4.0]
->>> positive_number("-1", "NIC rate (Gb/s)")
+>>> optional_number("-1", "NIC rate (Gb/s)", positive=True)
 Traceback (most recent call last):
 ...
 dashboards.inputs.InputError: NIC rate (Gb/s) must be positive, got -1
@@ -65,14 +65,6 @@ def optional_number(text, what: str, *, positive: bool = False) -> float | None:
         raise InputError(f"{what} must be positive, got {text if isinstance(text, str) else f'{value:g}'}")
     if value < 0:
         raise InputError(f"{what} must not be negative, got {text if isinstance(text, str) else f'{value:g}'}")
-    return value
-
-
-def positive_number(text, what: str) -> float:
-    """``text`` as a number > 0 (required)."""
-    value = optional_number(text, what, positive=True)
-    if value is None:
-        raise InputError(f"{what}: required")
     return value
 
 

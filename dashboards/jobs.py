@@ -25,6 +25,8 @@ from dashboards.twin_api import USER_ERRORS
 
 MAX_RUNNING = 2
 """Jobs computing at once (each may fan out to processes itself)."""
+KEEP_FINISHED = 32
+"""Finished jobs whose results stay available to the pages (the oldest are forgotten first)."""
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,6 @@ class JobStatus:
     finished: bool
     result: Any = None
     error: str | None = None
-
-    @property
-    def fraction(self) -> float:
-        return self.done / self.total if self.total else 0.0
 
 
 class Jobs:
@@ -65,6 +63,7 @@ class Jobs:
                 return None, str(err)
 
         with self._lock:
+            self._drop_old()
             self._progress[job] = (0, 0)
             self._futures[job] = self._pool.submit(work)
         return job
@@ -75,7 +74,8 @@ class Jobs:
             future = self._futures.get(job)
             done, total = self._progress.get(job, (0, 0))
         if future is None:
-            return JobStatus(0, 0, True, error=f"unknown job {job!r} (the server restarted?): run it again")
+            return JobStatus(0, 0, True, error=f"job {job!r} is no longer kept (too many since, or the server "
+                                               "restarted): run it again")
         if not future.done():
             return JobStatus(done, total, False)
         result, error = future.result()
@@ -88,8 +88,9 @@ class Jobs:
         future.result()
         return self.status(job)
 
-    def forget(self, job: str) -> None:
-        """Drop a collected job's result."""
-        with self._lock:
-            self._futures.pop(job, None)
+    def _drop_old(self) -> None:
+        """Forget the oldest finished jobs beyond ``KEEP_FINISHED`` (their results hold whole reports)."""
+        finished = [job for job, future in self._futures.items() if future.done()]
+        for job in finished[:max(0, len(finished) - KEEP_FINISHED)]:
+            del self._futures[job]
             self._progress.pop(job, None)

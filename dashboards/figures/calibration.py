@@ -11,7 +11,7 @@ from dashboards.twin_api import nccl_label
 
 def _subtitle(points: list[CalibrationPoint], cluster: str, constants: str) -> str:
     measured = sorted({f"{p.measurement.hardware} (NCCL {p.measurement.nccl_version or 'unknown'})" for p in points})
-    return (f"{provenance(on=cluster, nccl=nccl_label(), constants=constants)} | measured on "
+    return (f"{provenance(on=cluster, nccl=nccl_label(), constants=constants)}<br>measured on "
             f"{', '.join(measured) or 'nothing'}")
 
 

@@ -18,7 +18,7 @@ def busbw_figure(predicted: list[PredictedCurve], measured: list[MeasuredCurve] 
     if measured:
         parts.append("measured on " + ", ".join(sorted({f"{m.hardware} (NCCL {m.nccl_version})" for m in measured})))
     sizes = sorted({n for c in [*predicted, *measured] for n in c.nbytes})
-    fig = figure("Bus bandwidth vs message size", " | ".join(parts) or "nothing to show yet",
+    fig = figure("Bus bandwidth vs message size", "<br>".join(parts) or "nothing to show yet",
                  xaxis={"type": "log", "title": "size (nccl-tests' size column)", **size_ticks(sizes)},
                  yaxis={"type": "log", "title": "busbw (GB/s)"}, hovermode="closest", height=560)
     for c in predicted:

@@ -23,7 +23,7 @@ def provenance(*, on: str, nccl: str | None = None, constants: str | None = None
 def figure(title: str, subtitle: str, **layout) -> go.Figure:
     """An empty figure with the house layout, a title and its provenance subtitle."""
     fig = go.Figure()
-    house = {"template": "plotly_white", "height": 460, "margin": {"t": 80, "l": 70, "r": 30, "b": 60},
+    house = {"template": "plotly_white", "height": 460, "margin": {"t": 95, "l": 70, "r": 30, "b": 60},
              "legend": {"orientation": "h", "y": -0.2}}
     fig.update_layout(title={"text": title, "subtitle": {"text": subtitle}, "x": 0.01, "xanchor": "left"},
                       **{**house, **layout})

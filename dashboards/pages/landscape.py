@@ -9,7 +9,7 @@ import dash
 from dash import Input, Output, State, callback, dcc, html, no_update
 
 from dashboards.clusters import CandidateCluster
-from dashboards.components import field, job_area, number, register_job
+from dashboards.components import field, job_area, job_result, number, register_job
 from dashboards.explore import landscape
 from dashboards.figures.common import placeholder
 from dashboards.figures.landscape import default_threads, heatmap_figure, ranking_figure
@@ -94,7 +94,7 @@ register_job("land", states=[State("land-preset", "value"), State("land-nodes", 
 @callback(Output("land-heatmap", "figure"), Input("land-threads", "value"), State("land-job", "data"),
           prevent_initial_call=True)
 def _threads(nthreads, job):
-    status = current().jobs.status(job) if job else None
-    if status is None or status.result is None:
+    result = job_result(job)
+    if result is None:
         return no_update
-    return heatmap_figure(status.result, nthreads, constants=current().constants)
+    return heatmap_figure(result, nthreads, constants=current().constants)

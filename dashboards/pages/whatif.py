@@ -10,7 +10,7 @@ import dash
 from dash import Input, Output, State, callback, dash_table, dcc, html, no_update
 
 from dashboards.clusters import INTRA_NODE, CandidateCluster
-from dashboards.components import field, job_area, number, register_job
+from dashboards.components import field, job_area, job_result, number, register_job
 from dashboards.figures.common import placeholder
 from dashboards.figures.sweep import sweep_figure
 from dashboards.figures.whatif import SUMMARY_COLUMNS, breakdown_figure, cost_figure, iteration_figure, summary_rows
@@ -180,10 +180,10 @@ register_job("sweep", states=[*WORKLOAD_STATES, State("whatif-candidates", "data
 @callback(Output("sweep-figure", "figure"), Input("sweep-done", "data"), Input("sweep-metric", "value"),
           State("sweep-job", "data"), prevent_initial_call=True)
 def _draw_sweep(_done, metric, job):
-    status = current().jobs.status(job) if job else None
-    if status is None or status.result is None:
+    result = job_result(job)
+    if result is None:
         return no_update
-    return sweep_figure(status.result, metric, constants=current().constants)
+    return sweep_figure(result, metric, constants=current().constants)
 
 
 @callback(Output("sweep-base", "options"), Output("sweep-base", "value"), Input("whatif-candidates", "data"),
@@ -223,7 +223,7 @@ def _upload(contents, filename):
 @callback(Output("whatif-download", "data"), Input("whatif-download-button", "n_clicks"), State("whatif-job", "data"),
           prevent_initial_call=True)
 def _download(_clicks, job):
-    status = current().jobs.status(job) if job else None
-    if status is None or status.result is None:
+    result = job_result(job)
+    if result is None:
         return no_update
-    return dcc.send_string(html_text(status.result.report, constants=current().constants), "whatif-report.html")
+    return dcc.send_string(html_text(result.report, constants=current().constants), "whatif-report.html")

@@ -6,6 +6,8 @@ Run with ``CCLTWIN_SCREENSHOTS=docs/dashboards`` to refresh the screenshots in t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.usefixtures("server")
@@ -81,6 +83,11 @@ def test_whatif_page_compares_sweeps_and_reports_bad_input(server, page, screens
     assert [r[0] for r in first[1:]] == ["dgx-h100 x4", "dgx-a100 x4"]
     assert "predicted on dgx-h100 x4, dgx-a100 x4" in figure_text(page, "whatif-iteration")
     screenshot(page, "whatif")
+    with page.expect_download() as download:
+        page.click("#whatif-download-button")
+    assert download.value.suggested_filename == "whatif-report.html"
+    report = Path(download.value.path()).read_text()
+    assert "ccltwin what-if: phi2-tp8dp4" in report and "plotly.js v" in report
 
     choose(page, "whatif-example", "vgg19-dp32")
     page.click("#whatif-tuned label")  # untick "also tune": the default replay only, faster

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dashboards.clusters import CandidateCluster, preset_for
 from dashboards.inputs import InputError
-from dashboards.jobs import Jobs
+from dashboards.jobs import KEEP_FINISHED, Jobs
 from dashboards.parallel import run_parallel
 from dashboards.studies import bend, compare, knee, metric_of, sweep
 from dashboards.workloads import WorkloadChoice, read_upload
@@ -180,3 +180,14 @@ def test_a_bug_in_a_job_is_raised_with_its_traceback():
     job = jobs.start(broken)
     with pytest.raises(KeyError):
         jobs.wait(job)
+
+
+def test_old_finished_jobs_are_forgotten_with_a_message():
+    """Only the latest ``KEEP_FINISHED`` finished jobs keep their results; an older one says so."""
+    jobs = Jobs()
+    first = jobs.start(lambda on_progress: "first")
+    jobs.wait(first)
+    for _ in range(KEEP_FINISHED):
+        jobs.wait(jobs.start(lambda on_progress: "later"))
+    jobs.start(lambda on_progress: "last")
+    assert "is no longer kept" in jobs.status(first).error
