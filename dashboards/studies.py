@@ -21,8 +21,9 @@ import numpy as np
 from dashboards.clusters import CandidateCluster
 from dashboards.inputs import InputError
 from dashboards.parallel import Progress, run_parallel
-from dashboards.twin_api import USER_ERRORS, ClusterReport, WhatIfReport, evaluate
+from dashboards.twin_api import USER_ERRORS, Candidate, ClusterReport, WhatIfReport, evaluate, evaluate_candidate
 from dashboards.workloads import WorkloadChoice
+from traces.schema import Trace
 
 SWEEP_PARAMETERS = {
     "nodes": "nodes",
@@ -86,6 +87,21 @@ def compare(workload: WorkloadChoice, candidates: list[CandidateCluster], *, tun
                             on_progress=on_progress)
     reports = tuple(o for o in outcomes if isinstance(o, ClusterReport))
     return Comparison(WhatIfReport(workload.name, trace, reports), tuple(o for o in outcomes if isinstance(o, str)))
+
+
+def _evaluate_candidate(job: tuple) -> ClusterReport:
+    trace, candidate, tuned, params = job
+    return evaluate_candidate(trace, candidate, tuned=tuned, params=params)
+
+
+def whatif_report(trace: Trace, candidates: list[Candidate], *, tuned: bool = True, name: str = "trace",
+                  engine: str = "local", params=None, on_progress: Progress | None = None) -> WhatIfReport:
+    """``twin.whatif.what_if`` with the clusters replayed in parallel (``ccltwin whatif --engine``)
+    and each one reported to ``on_progress`` (the CLI's bar). A candidate that cannot run raises,
+    as ``what_if`` does."""
+    jobs = [(trace, c, tuned, params) for c in candidates]
+    reports = run_parallel(_evaluate_candidate, jobs, engine=engine, on_progress=on_progress)
+    return WhatIfReport(name, trace, tuple(reports))
 
 
 @dataclass(frozen=True)

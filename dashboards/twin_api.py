@@ -35,12 +35,14 @@ from twin.predict import Prediction, Twin
 from twin.rank import comm_facts, rank_task
 from twin.replay.comms import ReplayError
 from twin.whatif import PRICE_PER_GPU_HOUR, Candidate, ClusterReport, WhatIfReport, evaluate_cluster
+from twin.whatif import evaluate as evaluate_candidate_in_twin
 
 __all__ = [
     "NCCL_VERSION",
     "PRICE_PER_GPU_HOUR",
     "SEARCHES",
     "USER_ERRORS",
+    "Candidate",
     "ClusterReport",
     "ParallelismPlan",
     "PlanEntry",
@@ -51,6 +53,7 @@ __all__ = [
     "TwinExecutor",
     "WhatIfReport",
     "evaluate",
+    "evaluate_candidate",
     "heatmap_sweep",
     "load_profile",
     "predict_measured",
@@ -93,6 +96,11 @@ def evaluate(trace: Trace, cluster, name: str, price_per_gpu_hour: float | None,
              params=None) -> ClusterReport:
     """``twin.whatif``'s replay of ``trace`` on a built ``cluster`` (``params``: not passed yet)."""
     return evaluate_cluster(trace, cluster, Candidate(name, cluster.nodes, price_per_gpu_hour), tuned=tuned)
+
+
+def evaluate_candidate(trace: Trace, candidate: Candidate, *, tuned: bool = True, params=None) -> ClusterReport:
+    """``twin.whatif.evaluate``: ``trace`` on a preset or YAML file (``ccltwin whatif --topology``)."""
+    return evaluate_candidate_in_twin(trace, candidate, tuned=tuned)
 
 
 def predict_sizes(cluster, op: Op, sizes: list[int], *, nranks: int | None = None, dtype: str = "float32",

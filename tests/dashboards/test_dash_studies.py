@@ -17,9 +17,12 @@ from dashboards.clusters import CandidateCluster, preset_for
 from dashboards.inputs import InputError
 from dashboards.jobs import KEEP_FINISHED, Jobs
 from dashboards.parallel import run_parallel
-from dashboards.studies import bend, compare, knee, metric_of, sweep
+from dashboards.studies import bend, compare, knee, metric_of, sweep, whatif_report
 from dashboards.workloads import WorkloadChoice, read_upload
 from traces.examples import path as example_path
+from traces.trace_file import load_trace
+from twin.topology import TopologyError
+from twin.whatif import Candidate, what_if
 
 
 @pytest.mark.parametrize(("row", "message"), [
@@ -191,3 +194,16 @@ def test_old_finished_jobs_are_forgotten_with_a_message():
         jobs.wait(jobs.start(lambda on_progress: "later"))
     jobs.start(lambda on_progress: "last")
     assert "is no longer kept" in jobs.status(first).error
+
+
+def test_the_cli_whatif_in_parallel_is_twin_whatif():
+    """``whatif_report`` on local processes gives ``twin.whatif.what_if``'s report, in the order
+    asked, and reports each cluster replayed; a YAML-less bad preset still raises."""
+    trace = load_trace(example_path("vgg19-dp32"))
+    candidates = [Candidate("dgx-a100"), Candidate("dgx-h100", nodes=4, price_per_gpu_hour=2.0)]
+    seen = []
+    parallel = whatif_report(trace, candidates, tuned=False, name="vgg", on_progress=lambda d, t: seen.append(d))
+    serial = what_if(trace, candidates, tuned=False, name="vgg")
+    assert parallel.as_dict() == serial.as_dict() and seen[-1] == 2
+    with pytest.raises(TopologyError, match="unknown preset 'dgx-z9'"):
+        whatif_report(trace, [Candidate("dgx-z9")], tuned=False, engine="serial")
