@@ -221,9 +221,12 @@ class Store:
         """Rows in history."""
         return self._db.execute("SELECT count(*) FROM history").fetchone()[0]
 
-    def hardware_ids(self) -> list[str]:
-        """Every hardware id in history, sorted."""
-        return [row[0] for row in self._db.execute("SELECT DISTINCT identity(hardware) AS id FROM history ORDER BY id")]
+    def hardware_ids(self, *, measured: bool = False) -> list[str]:
+        """Every hardware id in history, sorted; ``measured``: only those of rows that were measured
+        (not the twin's predictions, source ``twin``)."""
+        where = "WHERE source != 'twin' " if measured else ""
+        return [row[0] for row in self._db.execute(
+            f"SELECT DISTINCT identity(hardware) AS id FROM history {where}ORDER BY id")]
 
     def history(self, task: Task | None = None, *, hardware: str | None = None) -> list[Measurement]:
         """Measurements in the order they were recorded, of one task and/or one hardware id."""

@@ -36,6 +36,7 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Communicator, Placement, cluster_for
 from twin.rank import call_cost, rank_task
 from twin.replay import ReplayResult, TaskTimes, replay
+from twin.topology import Cluster
 
 PRICE_PER_GPU_HOUR = {model: gpu.price_per_gpu_hour for model, gpu in GPUS.items()}
 """USD per GPU-hour by GPU model: each ``twin.hardware.GpuSpec.price_per_gpu_hour`` (rounded 2025
@@ -227,6 +228,13 @@ def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True, params: 
     """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given),
     with the twin's physical constants ``params``."""
     cluster = cluster_for(trace, candidate.topology, nodes=candidate.nodes)
+    return evaluate_cluster(trace, cluster, candidate, tuned=tuned, params=params)
+
+
+def evaluate_cluster(trace: Trace, cluster: Cluster, candidate: Candidate, *, tuned: bool = True,
+                     params: TwinParams = DEFAULT_PARAMS) -> ClusterReport:
+    """Replay ``trace`` on ``cluster``, built already (an edited description, say); ``candidate``
+    names it and gives its price."""
     placement = Placement(trace, cluster, params=params)
     default = replay(trace, cluster, placement=placement, params=params)
     tuned_result = tune(trace, placement, default) if tuned else None
