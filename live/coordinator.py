@@ -38,19 +38,18 @@ torchrun restart) never reads an earlier launch's rounds.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from live.schedule import Rule, TaskKey, rules_from_json, rules_to_json
+from live.schedule import NCCL_DEFAULT, Fields, Rule, TaskKey, rules_from_json, rules_to_json
 
 __all__ = ["Coordinator", "RoundResult"]
 
 COMMIT, ABORT = "commit", "abort"
-POLL_S = (0.0005, 0.02)
-"""First and longest sleep between two looks at the store while waiting."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,26 +65,18 @@ class RoundResult:
     """Leader only: communicator ranks that did not acknowledge in time or had passed a rule."""
 
 
-@dataclass
-class _Wanted:
-    """Leader only: the config fields the tuner wants per key, and what is committed."""
-
-    fields: dict[TaskKey, tuple[int, int, int, int]] = field(default_factory=dict)
-    committed: dict[TaskKey, tuple[int, int, int, int]] = field(default_factory=dict)
-
-    def changes(self) -> dict[TaskKey, tuple[int, int, int, int]]:
-        return {k: f for k, f in sorted(self.fields.items()) if self.committed.get(k) != f}
-
-
 class Coordinator:
     """One rank's side of the protocol for one communicator (see the module docstring).
 
-    ``store`` is a c10d store (``set``, ``get``, ``check``, ``compare_set``); ``rank`` and
-    ``nranks`` are the communicator's, and its rank 0 leads.
+    ``store`` is a c10d store (``set``, ``get``, ``check``, ``wait``, ``compare_set``); ``rank``
+    and ``nranks`` are the communicator's, and its rank 0 leads. ``timeout_error`` is what the
+    store's ``wait`` raises when its time is up; ``store_errors`` what it raises when it fails
+    (then tuning stops).
     """
 
     def __init__(self, store: Any, *, comm: int, rank: int, nranks: int, launch: str, deadline_s: float = 10.0,
-                 max_misses: int = 3, log: Callable[[str], None] = print, store_errors: tuple[type, ...] = ()):
+                 max_misses: int = 3, log: Callable[[str], None] = print, timeout_error: type = TimeoutError,
+                 store_errors: tuple[type, ...] = ()):
         if not 0 <= rank < nranks:
             raise ValueError(f"rank {rank} is not in a communicator of {nranks} ranks")
         if deadline_s <= 0 or max_misses < 1:
@@ -98,6 +89,7 @@ class Coordinator:
         self.deadline_s = deadline_s
         self.max_misses = max_misses
         self.log = log
+        self.timeout_error = timeout_error
         self.store_errors = store_errors
         self.stopped: str | None = None
         """Why tuning of this communicator stopped (``None`` while it goes on)."""
@@ -105,7 +97,9 @@ class Coordinator:
         """A final round committed: the schedule will not change again."""
         self.aborted = 0
         self._misses = 0
-        self._wanted = _Wanted()
+        self._wanted: dict[TaskKey, Fields] = {}
+        self.committed: dict[TaskKey, Rule] = {}
+        """Leader: the last committed rule of every key."""
 
     @property
     def leader(self) -> bool:
@@ -116,9 +110,15 @@ class Coordinator:
         """Rounds still run at boundaries."""
         return self.stopped is None and not self.final
 
-    def want(self, key: TaskKey, fields: tuple[int, int, int, int]) -> None:
+    def want(self, key: TaskKey, fields: Fields) -> None:
         """Leader: from the next committed round on, run ``key`` with these rule fields."""
-        self._wanted.fields[key] = fields
+        self._wanted[key] = fields
+
+    def committed_fields(self, key: TaskKey) -> tuple[Fields, int]:
+        """Leader: the rule fields in force for ``key`` and their version (NCCL's own choice,
+        version 0, before any rule)."""
+        rule = self.committed.get(key)
+        return (NCCL_DEFAULT, 0) if rule is None else (rule.fields, rule.version)
 
     def exchange(self, i: int, counts: Mapping[TaskKey, int], *, final: bool = False) -> RoundResult:
         """Run round ``i`` (the job's boundary number: every rank numbers boundaries alike, and
@@ -141,9 +141,9 @@ class Coordinator:
 
     def _lead(self, i: int, counts: Mapping[TaskKey, int], final: bool) -> RoundResult:
         version = i + 1
-        changes = self._wanted.changes()
-        rules = [Rule(k, counts.get(k, 0), *f, version) for k, f in changes.items()]
-        self.store.set(self._key("r", i), json.dumps({"rules": json.loads(rules_to_json(rules)), "final": final}))
+        rules = [Rule(k, counts.get(k, 0), f, version) for k, f in sorted(self._wanted.items())
+                 if self.committed_fields(k)[0] != f]
+        self.store.set(self._key("r", i), json.dumps({"rules": rules_to_json(rules), "final": final}))
         if not rules and not final:
             return RoundResult(i, "none")
         acks = [self._key("a", i, r) for r in range(1, self.nranks)]
@@ -152,7 +152,7 @@ class Coordinator:
         outcome = self._decide(i, ABORT if late else COMMIT)
         if outcome == COMMIT:
             self._misses = 0
-            self._wanted.committed.update(changes)
+            self.committed.update((r.key, r) for r in rules)
             self.final = final
             return RoundResult(i, COMMIT, tuple(rules))
         self._misses += 1
@@ -173,7 +173,7 @@ class Coordinator:
             published = {self._key("r", i): self.store.get(self._key("r", i)).decode()}
         self._misses = 0
         message = json.loads(next(iter(published.values())))
-        rules = rules_from_json(json.dumps(message["rules"]))
+        rules = rules_from_json(message["rules"])
         if not rules and not message["final"]:
             return RoundResult(i, "none")
         passed = [r for r in rules if counts.get(r.key, 0) > r.from_occurrence]
@@ -196,17 +196,10 @@ class Coordinator:
 
     def _wait_each(self, keys: list[str], timeout_s: float) -> dict[str, str]:
         """Values of the ``keys`` that exist within ``timeout_s`` (all of them, or those that came)."""
-        end = time.monotonic() + timeout_s
-        sleep = POLL_S[0]
-        while True:
-            if self.store.check(keys):
-                return dict(zip(keys, (v.decode() for v in self.store.multi_get(keys)), strict=True))
-            if time.monotonic() >= end:
-                present = [k for k in keys if self.store.check([k])]
-                return dict(zip(present, (v.decode() for v in self.store.multi_get(present)), strict=True)) \
-                    if present else {}
-            time.sleep(min(sleep, max(end - time.monotonic(), 0.0)))
-            sleep = min(2 * sleep, POLL_S[1])
+        with contextlib.suppress(self.timeout_error):  # some did not come: read those that did
+            self.store.wait(keys, timedelta(seconds=timeout_s))
+        present = [k for k in keys if self.store.check([k])]
+        return dict(zip(present, (v.decode() for v in self.store.multi_get(present)), strict=True)) if present else {}
 
     def _get_stop(self) -> bool:
         key = self._key("stop")

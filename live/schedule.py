@@ -1,12 +1,12 @@
 """What every rank of a communicator agrees on: task keys and the rules of a schedule.
 
-An AllReduce of 16,640 bytes on communicator ``0x5eed`` is the task key ``TaskKey(0x5eed, 4,
-16640)`` (4 is ``ncclFuncAllReduce``); its 12th call on that communicator in a process is its
-occurrence 11, on every rank, because every rank issues the same calls in the same order.
-A rule reads "from occurrence 40 of that key use ring/LL128 on 8 channels" and carries the
-schedule version that introduced it; the tuner plugin applies, at occurrence k, the rule with
-the largest ``from_occurrence`` ≤ k (the largest version among equal ones), and NCCL's own
-choice where there is none (LIVE.md, "Decision key").
+An AllReduce of 16,640 bytes on communicator ``0x5eed`` is the task key ``TaskKey(0x5eed,
+Op.ALLREDUCE, 16640)``; its 12th call on that communicator in a process is its occurrence 11,
+on every rank, because every rank issues the same calls in the same order. A rule reads "from
+occurrence 40 of that key use ring/LL128 on 8 channels" and carries the schedule version that
+introduced it; the tuner plugin applies, at occurrence k, the rule with the largest
+``from_occurrence`` ≤ k (the largest version among equal ones), and NCCL's own choice where
+there is none (LIVE.md, "Decision key").
 
 Rules travel through the job's c10d store as JSON (``rules_to_json`` / ``rules_from_json``).
 """
@@ -14,22 +14,19 @@ Rules travel through the job's c10d store as JSON (``rules_to_json`` / ``rules_f
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from traces.task import Op
 from tuner.config import Algo, Config, Proto
 
-__all__ = ["COLL_OF_OP", "NCCL_DEFAULT", "Rule", "TaskKey", "comm_id", "config_fields", "rules_from_json",
+__all__ = ["NCCL_DEFAULT", "Fields", "Rule", "TaskKey", "comm_id", "config_fields", "install", "rules_from_json",
            "rules_to_json"]
 
-COLL_OF_OP = {Op.BROADCAST: 0, Op.REDUCE: 1, Op.ALLGATHER: 2, Op.REDUCESCATTER: 3, Op.ALLREDUCE: 4}
-"""``ncclFunc_t`` of every collective NCCL asks a tuner plugin about (point-to-point is never asked)."""
-OP_OF_COLL = {coll: op for op, coll in COLL_OF_OP.items()}
-
-NCCL_DEFAULT = (-1, -1, 0, 0)
-"""(algo, proto, nchannels, chunk_bytes) of a rule that leaves every choice to NCCL."""
+Fields = tuple[Algo | None, Proto | None, int, int]
+"""(algo, proto, nchannels, chunk_bytes) a rule sets; ``None`` / 0: NCCL's own choice."""
+NCCL_DEFAULT: Fields = (None, None, 0, 0)
+"""A rule that leaves every choice to NCCL."""
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -38,14 +35,9 @@ class TaskKey:
 
     comm: int
     """The communicator's 64-bit id (NCCL's commHash; on gloo ``comm_id`` of the process group)."""
-    coll: int
-    """``ncclFunc_t``: Broadcast 0, Reduce 1, AllGather 2, ReduceScatter 3, AllReduce 4."""
+    op: Op
     nbytes: int
     """NCCL's ``nBytes`` (nccl-tests' size)."""
-
-    @property
-    def op(self) -> Op:
-        return OP_OF_COLL[self.coll]
 
     def __str__(self) -> str:
         return f"{self.op} {self.nbytes} B on comm {self.comm:#x}"
@@ -53,51 +45,45 @@ class TaskKey:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """From occurrence ``from_occurrence`` of ``key`` use this config (NCCL indices; -1/0: NCCL's)."""
+    """From occurrence ``from_occurrence`` of ``key`` use ``fields``, as schedule ``version``."""
 
     key: TaskKey
     from_occurrence: int
-    algo: int
-    proto: int
-    nchannels: int
-    chunk_bytes: int
+    fields: Fields
     version: int
 
-    @property
-    def leaves_default(self) -> bool:
-        """The rule hands every choice back to NCCL."""
-        return (self.algo, self.proto, self.nchannels, self.chunk_bytes) == NCCL_DEFAULT
-
-    def fields(self) -> dict[str, int]:
-        """The keywords of the plugin's ``set_rule`` (the C parameter names)."""
-        return {"comm": self.key.comm, "coll": self.key.coll, "nbytes": self.key.nbytes,
-                "from_occurrence": self.from_occurrence, "algo": self.algo, "proto": self.proto,
-                "nchannels": self.nchannels, "chunk_bytes": self.chunk_bytes, "version": self.version}
+    def to_dict(self) -> dict[str, Any]:
+        algo, proto, nchannels, chunk = self.fields
+        return {"comm": self.key.comm, "op": self.key.op.value, "nbytes": self.key.nbytes,
+                "from": self.from_occurrence, "algo": algo and algo.value, "proto": proto and proto.value,
+                "nchannels": nchannels, "chunk_bytes": chunk, "version": self.version}
 
     @classmethod
-    def from_fields(cls, obj: dict[str, Any]) -> Rule:
-        """The rule ``fields`` described."""
-        key = TaskKey(int(obj["comm"]), int(obj["coll"]), int(obj["nbytes"]))
-        return cls(key, *(int(obj[name]) for name in
-                          ("from_occurrence", "algo", "proto", "nchannels", "chunk_bytes", "version")))
+    def from_dict(cls, obj: dict[str, Any]) -> Rule:
+        fields = (obj["algo"] and Algo(obj["algo"]), obj["proto"] and Proto(obj["proto"]), int(obj["nchannels"]),
+                  int(obj["chunk_bytes"]))
+        return cls(TaskKey(int(obj["comm"]), Op(obj["op"]), int(obj["nbytes"])), int(obj["from"]), fields,
+                   int(obj["version"]))
 
 
-def config_fields(config: Config | None, *, chunk: bool) -> tuple[int, int, int, int]:
-    """(algo, proto, nchannels, chunk_bytes) a rule carries for ``config`` (``None``: NCCL's own
-    choice); ``chunk=False`` where the NCCL release cannot set a chunk per call.
+def install(plugin: Any, rule: Rule) -> None:
+    """Put ``rule`` into the plugin (``live.plugin.Plugin.set_rule``)."""
+    algo, proto, nchannels, chunk = rule.fields
+    plugin.set_rule(rule.key.comm, rule.key.op, rule.key.nbytes, rule.from_occurrence, version=rule.version,
+                    algo=algo, proto=proto, nchannels=nchannels, chunk_bytes=chunk)
+
+
+def config_fields(config: Config | None, *, chunk: bool) -> Fields:
+    """The fields a rule carries for ``config`` (``None``: NCCL's own choice); ``chunk=False``
+    where the NCCL release cannot set a chunk per call.
 
     >>> from tuner.config import Transport
     >>> config_fields(Config(Algo.RING, Proto.LL128, Transport.P2P, 8, 640, 576000), chunk=False)
-    (1, 1, 8, 0)
+    (<Algo.RING: 'ring'>, <Proto.LL128: 'll128'>, 8, 0)
     """
     if config is None:
         return NCCL_DEFAULT
-    return config.algo.nccl_index, config.proto.nccl_index, config.nchannels, config.chunk_bytes if chunk else 0
-
-
-def algo_proto(algo: int, proto: int) -> tuple[Algo, Proto]:
-    """tuner's names of NCCL's algorithm and protocol indices."""
-    return list(Algo)[algo], list(Proto)[proto]
+    return config.algo, config.proto, config.nchannels, config.chunk_bytes if chunk else 0
 
 
 def comm_id(name: str, ranks: tuple[int, ...]) -> int:
@@ -111,10 +97,10 @@ def comm_id(name: str, ranks: tuple[int, ...]) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 
-def rules_to_json(rules: list[Rule]) -> str:
-    """Rules as the store carries them (``rules_from_json`` reads them back)."""
-    return json.dumps([r.fields() for r in rules], separators=(",", ":"))
+def rules_to_json(rules: list[Rule]) -> list[dict[str, Any]]:
+    """Rules as the store's JSON carries them (``rules_from_json`` reads them back)."""
+    return [r.to_dict() for r in rules]
 
 
-def rules_from_json(text: str) -> list[Rule]:
-    return [Rule.from_fields(item) for item in json.loads(text)]
+def rules_from_json(items: list[dict[str, Any]]) -> list[Rule]:
+    return [Rule.from_dict(item) for item in items]

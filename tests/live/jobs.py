@@ -7,8 +7,10 @@ starts it); every rank writes what it saw to ``DIR/rank<r>.json``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
+import signal
 import socket
 import sys
 import time
@@ -37,14 +39,14 @@ def _write(folder: str, rank: int, result: dict) -> None:
 # ---- the coordinator alone: rounds over the c10d store, rules applied by call index ------------
 
 
-def _select(rules, key, occurrence: int) -> list[int]:
+def _select(rules, key, occurrence: int) -> list:
     """What the plugin applies at ``occurrence``: the rule with the largest from-occurrence ≤ it
-    (the largest version among equal ones); ``[-1, -1, 0, 0]`` (NCCL's) when none."""
+    (the largest version among equal ones); NCCL's own choice (nulls) when none."""
     live = [r for r in rules if r.key == key and r.from_occurrence <= occurrence]
     if not live:
-        return [-1, -1, 0, 0]
+        return [None, None, 0, 0]
     r = max(live, key=lambda r: (r.from_occurrence, r.version))
-    return [r.algo, r.proto, r.nchannels, r.chunk_bytes]
+    return [r.fields[0] and r.fields[0].value, r.fields[1] and r.fields[1].value, *r.fields[2:]]
 
 
 def coordinator(rank: int, world: int, port: int, folder: str, p: dict) -> None:
@@ -55,13 +57,15 @@ def coordinator(rank: int, world: int, port: int, folder: str, p: dict) -> None:
 
     from live.coordinator import Coordinator
     from live.schedule import TaskKey, comm_id
+    from traces.task import Op
+    from tuner.config import Algo, Proto
 
     _init(rank, world, port)
     messages = []
     coord = Coordinator(distributed_c10d._get_default_store(), comm=comm_id("0", tuple(range(world))), rank=rank,
                         nranks=world, launch="test", deadline_s=p["deadline_s"], max_misses=p.get("max_misses", 3),
-                        log=messages.append, store_errors=(dist.DistError,))
-    key = TaskKey(coord.comm, 4, 4096)
+                        log=messages.append, timeout_error=dist.DistStoreError, store_errors=(dist.DistError,))
+    key = TaskKey(coord.comm, Op.ALLREDUCE, 4096)
     rng = random.Random(7)
     rules, applied, outcomes = [], [], []
     count = 0
@@ -74,19 +78,135 @@ def coordinator(rank: int, world: int, port: int, folder: str, p: dict) -> None:
         if i in slow.get(rank, ()):
             time.sleep(p["slow_s"])
         if coord.leader:
-            coord.want(key, (rng.choice([0, 1]), rng.choice([0, 1, 2]), rng.randint(1, 8), 0))
+            coord.want(key, (rng.choice([Algo.TREE, Algo.RING]), rng.choice(list(Proto)), rng.randint(1, 8), 0))
             if p.get("leader_stops_at") is not None and i >= p["leader_stops_at"]:
                 continue
         result = coord.exchange(i, {key: count}, final=p.get("final_at") == i)
         rules += result.installed
-        outcomes.append([i, result.outcome, [r.fields() for r in result.installed]])
+        outcomes.append([i, result.outcome, [r.to_dict() for r in result.installed]])
     _write(folder, rank, {"applied": applied, "outcomes": outcomes, "stopped": coord.stopped, "final": coord.final,
                           "messages": messages})
     dist.barrier()
     dist.destroy_process_group()
 
 
-SCENARIOS = {"coordinator": coordinator}
+# ---- the whole live path: DDP on gloo, the twin's executor as the time source ----------------------
+
+DATA = Path(__file__).with_name("data")
+
+
+def twin_clock(p: dict):
+    """The twin's executor of the job's cluster, the time source of every live test."""
+    from twin.executor import TwinExecutor
+    from twin.topology import load_cluster
+
+    return TwinExecutor(load_cluster(p.get("preset", "dgx-h100"), nodes=1), seed=p.get("seed", 0),
+                        noise=p.get("noise", 0.02), spike_prob=p.get("spike_prob", 0.0))
+
+
+class FaultyClock:
+    """The twin's times, with faults: every ``late``-th call's time comes one boundary late, every
+    ``lost``-th call's never comes, and configs on ``fail_channels`` channels fail (``inf``)."""
+
+    def __init__(self, executor, *, late: int = 0, lost: int = 0, fail_channels: tuple[int, ...] = ()):
+        self.executor = executor
+        self.hardware, self.nccl_version = executor.hardware, executor.nccl_version
+        self.late, self.lost, self.fail_channels = late, lost, set(fail_channels)
+        self.asked: set = set()
+        self.withheld = 0
+
+    def facts(self, task):
+        return self.executor.facts(task)
+
+    def default_config(self, task):
+        return self.executor.default_config(task)
+
+    def time_us(self, task, config, call):
+        key = (call.comm, call.op, call.nbytes, call.occurrence)
+        first = key not in self.asked
+        self.asked.add(key)
+        if (self.lost and call.occurrence % self.lost == 0) or (self.late and call.occurrence % self.late == 0
+                                                                  and first):
+            self.withheld += 1
+            return None
+        if config.nchannels in self.fail_channels:
+            return math.inf
+        return self.executor.measure(task, config)
+
+
+def _inject(rank: int, p: dict) -> None:
+    """The rank-local faults ``p`` asks for: sleeping before chosen rounds, a leader that stops
+    publishing rounds after some boundary (its tuning is gone; its process and its plugin go on),
+    a rank killed with SIGKILL at a boundary."""
+    from live.coordinator import Coordinator, RoundResult
+    from live.session import Live
+
+    exchange = Coordinator.exchange
+    slow = set(p.get("slow", {}).get(str(rank), ()))
+    dead_at = p.get("leader_dead_at") if rank == 0 else None
+
+    def faulty_exchange(self, i, counts, **kw):
+        if dead_at is not None and i >= dead_at:
+            return RoundResult(i, "none")
+        if i in slow:
+            time.sleep(p["slow_s"])
+        return exchange(self, i, counts, **kw)
+
+    Coordinator.exchange = faulty_exchange
+    kill = p.get("kill", {}).get(str(rank))
+    if kill is not None:
+        boundary = Live._boundary
+
+        def killed_boundary(self):
+            if self.boundaries == kill:
+                os.kill(os.getpid(), signal.SIGKILL)
+            boundary(self)
+
+        Live._boundary = killed_boundary
+
+
+def _tuning_report(tuning) -> dict:
+    r = tuning.result
+    return {"task": [tuning.task.op.value, tuning.task.nbytes, tuning.task.nranks, tuning.task.dtype,
+                     tuning.task.group],
+            "winner": None if r is None else str(r.winner), "time_us": None if r is None else r.time_us,
+            "default_us": None if r is None else r.default_us, "trials": tuning.session.search.trials,
+            "resumed": tuning.session.resumed, "failed": [[str(c), why] for c, why in tuning.failed],
+            "first_round": tuning.first_round, "converged_round": tuning.converged_round,
+            "history": [[str(c), t] for c, t in tuning.session.search.history]}
+
+
+def ddp(rank: int, world: int, port: int, folder: str, p: dict) -> None:
+    """``ddp_train.train`` with live tuning on, the twin's executor timing every call."""
+    import torch.distributed as dist
+
+    import live
+
+    sys.path.insert(0, str(DATA))
+    from ddp_train import train
+
+    _init(rank, world, port)
+    _inject(rank, p)
+    faults = p.get("clock_faults")
+    clock = FaultyClock(twin_clock(p), **faults) if faults else twin_clock(p)
+    losses = train(str(Path(folder) / "out"), p["iterations"], clock=clock, store=p["store"],
+                   decision_log=str(Path(folder) / "decisions{rank}.jsonl"), deadline_s=p.get("deadline_s", 10.0),
+                   max_misses=p.get("max_misses", 3), max_wait=p.get("max_wait", 5), budget=p.get("budget"))
+    session = live.current()
+    session.close()
+    _write(folder, rank, {
+        "losses": losses, "stopped": session.stopped, "converged_at": session.converged_at,
+        "hardware": session.hardware, "boundaries": session.boundaries,
+        "tunings": [_tuning_report(t) for ts in session._tunings.values() for t in ts.values()],
+        "seconds": [s.seconds for s in session.stats], "withheld": getattr(clock, "withheld", 0),
+        "lost": sum(t.lost for ts in session._tunings.values() for t in ts.values()),
+        "aborted": sum(c.aborted for c in session._coordinators.values()),
+        "comm_stopped": [c.stopped for c in session._coordinators.values() if c.stopped]})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+SCENARIOS = {"coordinator": coordinator, "ddp": ddp}
 
 
 def _rank_main(rank: int, scenario: str, port: int, folder: str, params: dict) -> None:
@@ -95,6 +215,9 @@ def _rank_main(rank: int, scenario: str, port: int, folder: str, params: dict) -
 
 if __name__ == "__main__":
     import torch.multiprocessing
+    import torch.nn.parallel
+
+    import twin.executor  # noqa: F401
 
     name, out, raw = sys.argv[1:4]
     params = json.loads(raw)

@@ -26,7 +26,7 @@ def test_rounds_commit_and_every_rank_switches_at_the_same_call(tmp_path):
     _same_everywhere(results)
     assert [o[1] for o in results[0]["outcomes"]] == ["commit"] * 12
     # the rule of round i takes effect at the first call after boundary i: 3 calls per round
-    firsts = [o[2][0]["from_occurrence"] for o in results[0]["outcomes"]]
+    firsts = [o[2][0]["from"] for o in results[0]["outcomes"]]
     assert firsts == [3 * (i + 1) for i in range(12)]
     assert all(r["final"] for r in results)
     assert len({tuple(a) for a in results[0]["applied"]}) > 3
