@@ -41,14 +41,19 @@ class RuleTableFull(RuntimeError):
     default, or the rules already installed, until some are cleared)."""
 
 
+DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
+          "fp8_e4m3", "fp8_e5m2")
+"""``ncclDataType_t`` 0..11 (``nccl.h``), by the names :class:`traces.task.Task` uses."""
+
+
 def algo_of(index: int) -> Algo | None:
-    """``NCCL_ALGO_*`` index to :class:`Algo`; ``None`` for -1 (NCCL's own choice)."""
-    return None if index < 0 else list(Algo)[index]
+    """``NCCL_ALGO_*`` index to :class:`Algo`; ``None`` for -1 (none, or NCCL's own choice)."""
+    return list(Algo)[index] if 0 <= index < len(Algo) else None
 
 
 def proto_of(index: int) -> Proto | None:
     """``NCCL_PROTO_*`` index to :class:`Proto`; ``None`` for -1."""
-    return None if index < 0 else list(Proto)[index]
+    return list(Proto)[index] if 0 <= index < len(Proto) else None
 
 
 class _CommStruct(ctypes.Structure):
@@ -61,14 +66,16 @@ class _DecisionStruct(ctypes.Structure):
     _fields_ = [("comm", ctypes.c_uint64), ("coll", ctypes.c_int), ("nbytes", ctypes.c_uint64),
                 ("occurrence", ctypes.c_uint64), ("algo", ctypes.c_int), ("proto", ctypes.c_int),
                 ("nchannels", ctypes.c_int), ("chunk_bytes", ctypes.c_uint64), ("version", ctypes.c_uint32),
-                ("flags", ctypes.c_int)]
+                ("flags", ctypes.c_int), ("table_mask", ctypes.c_uint32), ("nccl_algo", ctypes.c_int),
+                ("nccl_proto", ctypes.c_int)]
 
 
 class _EventStruct(ctypes.Structure):
     _fields_ = [("comm", ctypes.c_uint64), ("coll", ctypes.c_int), ("nbytes", ctypes.c_uint64),
                 ("seq", ctypes.c_uint64), ("algo", ctypes.c_int), ("proto", ctypes.c_int),
                 ("nchannels", ctypes.c_int), ("nwarps", ctypes.c_int), ("start_ns", ctypes.c_uint64),
-                ("stop_ns", ctypes.c_uint64), ("timer", ctypes.c_int), ("occurrence", ctypes.c_uint64)]
+                ("stop_ns", ctypes.c_uint64), ("timer", ctypes.c_int), ("occurrence", ctypes.c_uint64),
+                ("dtype", ctypes.c_int)]
 
 
 UNKNOWN = 2**64 - 1
@@ -109,12 +116,23 @@ class Decision:
     chunk_bytes: int
     """Offered through ``getChunkSize`` (tuner v6); 0 = NCCL's."""
     version: int
-    """The applied rule's schedule version; 0 without one."""
+    """The matching rule's schedule version (also when its entry was unavailable); 0 without one."""
     flags: int
+    table_mask: int
+    """Bit ``algo*3+proto``: that entry was ≥ 0 in NCCL's table (the communicator can run it)."""
+    nccl_algo: Algo | None
+    """NCCL's own choice: the table's argmin before the plugin edited it."""
+    nccl_proto: Proto | None
 
     def has(self, flag: str) -> bool:
         """``decision.has("unavailable")``: one of :data:`FLAGS`."""
         return bool(self.flags & FLAGS[flag])
+
+    @property
+    def available(self) -> frozenset[tuple[Algo, Proto]]:
+        """The (algo, proto) entries NCCL offered for this call."""
+        return frozenset((a, p) for a in Algo for p in Proto
+                         if self.table_mask >> (a.nccl_index * len(Proto) + p.nccl_index) & 1)
 
 
 @dataclass(frozen=True)
@@ -135,6 +153,8 @@ class Event:
     gpu_timer: bool
     """True: GPU globaltimer, first channel start to last channel stop; False: host clock around
     NCCL's enqueue (no kernel-channel events came)."""
+    dtype: str | None
+    """The element type NCCL named (:data:`DTYPES`); None if the plugin did not know the name."""
 
     @property
     def duration_ns(self) -> int:
@@ -147,6 +167,14 @@ class Dropped:
 
     decisions: int
     events: int
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The fixed rule tables: a key holds the rule in force and the ones still ahead (older ones are freed)."""
+
+    rules: int
+    keys: int
 
 
 _LOADED: dict[str, Plugin] = {}
@@ -169,6 +197,8 @@ class Plugin:
             ("ccltwin_dropped", u64, [i32]),
             ("ccltwin_set_comm_id", i32, [u64, u64]),
             ("ccltwin_occurrences", u64, [u64, i32, u64]),
+            ("ccltwin_rule_capacity", i32, []),
+            ("ccltwin_key_capacity", i32, []),
             ("ccltwin_sizeof", ctypes.c_size_t, [i32]),
         ):
             fn = getattr(lib, name)
@@ -223,13 +253,18 @@ class Plugin:
         """Every decision since the last drain, oldest first."""
         return _drain(self.lib.ccltwin_drain_decisions, _DecisionStruct, lambda d: Decision(
             d.comm, OP_OF_FUNC.get(d.coll), d.nbytes, d.occurrence, algo_of(d.algo), proto_of(d.proto), d.nchannels,
-            d.chunk_bytes, d.version, d.flags))
+            d.chunk_bytes, d.version, d.flags, d.table_mask, algo_of(d.nccl_algo), proto_of(d.nccl_proto)))
 
     def drain_events(self) -> list[Event]:
         """Every finished collective event since the last drain, oldest first."""
         return _drain(self.lib.ccltwin_drain_events, _EventStruct, lambda e: Event(
             e.comm, OP_OF_FUNC.get(e.coll), e.nbytes, e.seq, e.occurrence, algo_of(e.algo), proto_of(e.proto),
-            e.nchannels, e.nwarps, e.start_ns, e.stop_ns, e.timer == 0))
+            e.nchannels, e.nwarps, e.start_ns, e.stop_ns, e.timer == 0,
+            DTYPES[e.dtype] if 0 <= e.dtype < len(DTYPES) else None))
+
+    def capacity(self) -> Capacity:
+        """How many rules, and distinct task keys with rules, the plugin holds at once."""
+        return Capacity(self.lib.ccltwin_rule_capacity(), self.lib.ccltwin_key_capacity())
 
     def dropped(self) -> Dropped:
         return Dropped(self.lib.ccltwin_dropped(0), self.lib.ccltwin_dropped(1))

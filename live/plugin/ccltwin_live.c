@@ -395,6 +395,10 @@ static ct_result_t coll_info(void* ctx, ct_func_t coll, size_t nbytes, float** t
   struct ccltwin_decision d = {.comm = c->comm, .coll = coll, .nbytes = nbytes, .occurrence = CT_UNKNOWN};
   struct ct_task* task = (coll >= 0 && coll < CT_NUM_FUNCS) ? task_find(c, coll, nbytes, 1) : NULL;
   const struct ct_rule* r = NULL;
+  for (int a = 0; t && a < na && a < CT_NUM_ALGOS; a++)
+    for (int p = 0; p < np && p < CT_NUM_PROTOS; p++)
+      if (t[a * np + p] >= 0.0f) d.table_mask |= 1u << (a * CT_NUM_PROTOS + p);
+  nccl_argmin(t, na, np, &d.nccl_algo, &d.nccl_proto);
   if (!task) {
     d.flags |= CCLTWIN_UNTRACKED;
   } else {
@@ -548,14 +552,12 @@ static const char* const ALGO_NAMES[CT_NUM_ALGOS] = {"TREE", "RING", "COLLNET_DI
                                                      "NVLS", "NVLS_TREE", "PAT"};
 static const char* const PROTO_NAMES[CT_NUM_PROTOS] = {"LL", "LL128", "SIMPLE"};
 
-static uint64_t type_size(const char* name) {  /* ncclDatatypeToString's names */
-  static const char* const names[] = {"ncclInt8",    "ncclUint8",   "ncclFloat8e4m3", "ncclFloat8e5m2",
-                                      "ncclFloat16", "ncclBfloat16", "ncclInt32",     "ncclUint32",
-                                      "ncclFloat32", "ncclInt64",   "ncclUint64",     "ncclFloat64"};
-  static const uint64_t sizes[] = {1, 1, 1, 1, 2, 2, 4, 4, 4, 8, 8, 8};
-  int i = index_of(name, names, (int)(sizeof(names) / sizeof(names[0])));
-  return i < 0 ? 0 : sizes[i];
-}
+/* ncclDatatypeToString's names, in ncclDataType_t order (nccl.h: ncclInt8 0 ... ncclFloat8e5m2 11). */
+#define CT_NUM_TYPES 12
+static const char* const TYPE_NAMES[CT_NUM_TYPES] = {
+    "ncclInt8",   "ncclUint8",   "ncclInt32",    "ncclUint32",     "ncclInt64",     "ncclUint64",
+    "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
+static const uint64_t TYPE_SIZES[CT_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
 /* A handle NCCL gives back: a slot (channel -1) or one of its kernel-channel marks. */
 static struct ct_slot* slot_of(void* handle, int* channel) {
@@ -611,7 +613,8 @@ static void coll_start(struct ct_comm* c, void** handle, uint64_t seq, const cha
   struct ccltwin_event* e = &s->ev;
   e->comm = c->comm;
   e->coll = index_of(func, FUNC_NAMES, CT_NUM_FUNCS);
-  e->nbytes = (uint64_t)count * type_size(datatype) *
+  e->dtype = index_of(datatype, TYPE_NAMES, CT_NUM_TYPES);
+  e->nbytes = (uint64_t)count * (e->dtype < 0 ? 0 : TYPE_SIZES[e->dtype]) *
               ((e->coll == CT_FUNC_ALLGATHER || e->coll == CT_FUNC_REDUCESCATTER) && c->nranks > 0 ? c->nranks : 1);
   e->seq = seq;
   e->algo = index_of(algo, ALGO_NAMES, CT_NUM_ALGOS);
@@ -803,6 +806,9 @@ CT_EXPORT uint64_t ccltwin_occurrences(uint64_t comm, int coll, uint64_t nbytes)
   pthread_mutex_unlock(&g_lock);
   return most;
 }
+
+CT_EXPORT int ccltwin_rule_capacity(void) { return CT_RULES; }
+CT_EXPORT int ccltwin_key_capacity(void) { return CT_LOAD_LIMIT(CT_RULE_KEYS); }
 
 CT_EXPORT size_t ccltwin_sizeof(int which) {
   switch (which) {

@@ -38,8 +38,11 @@ struct ccltwin_decision {
                              what NCCL runs; -1 when there was no table or no entry >= 0 */
   int nchannels;          /* what the plugin wrote to *nChannels; 0 = NCCL's */
   uint64_t chunk_bytes;   /* offered through getChunkSize; 0 = NCCL's */
-  uint32_t version;       /* the applied rule's schedule version; 0 without a rule */
+  uint32_t version;       /* the matching rule's schedule version (also when it was unavailable); 0: none */
   int flags;              /* CCLTWIN_RULE_APPLIED ... */
+  uint32_t table_mask;    /* bit algo*3+proto: that entry was >= 0 as NCCL passed the table (algo < 7,
+                             proto < 3): what this communicator can run for this call */
+  int nccl_algo, nccl_proto; /* NCCL's own choice: the argmin of the table before the plugin touched it */
 };
 
 struct ccltwin_event {
@@ -54,6 +57,7 @@ struct ccltwin_event {
                              CLOCK_MONOTONIC from NCCL's coll start to stop event (enqueue, not run) */
   uint64_t occurrence;    /* 0-based count of coll events with this (comm, coll, nbytes) in this
                              context (equals the tuner's occurrence when NCCL did not aggregate) */
+  int dtype;              /* ncclDataType_t (ncclInt8 0 ... ncclFloat8e5m2 11); -1: a name not known */
 };
 
 int ccltwin_abi(void);
@@ -67,6 +71,8 @@ uint64_t ccltwin_dropped(int which);   /* 0 decisions, 1 events: entries lost to
 int ccltwin_set_comm_id(uint64_t local_ctx_id, uint64_t comm);  /* 0, or CCLTWIN_EINVAL: no such context */
 uint64_t ccltwin_occurrences(uint64_t comm, int coll, uint64_t nbytes); /* calls so far, most of any live
                                                                            context of that comm */
+int ccltwin_rule_capacity(void);       /* rules alive at once (CT_RULES) */
+int ccltwin_key_capacity(void);        /* distinct (comm, coll, nbytes) that can hold rules */
 size_t ccltwin_sizeof(int which);      /* 0 comm, 1 decision, 2 event: for the binding's layout check */
 
 #endif

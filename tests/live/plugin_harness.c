@@ -63,11 +63,11 @@ static void print_events(void) {
   int n = drain_events(e, 64);
   for (int i = 0; i < n; i++)
     printf("event comm=%llu coll=%d nbytes=%llu seq=%llu algo=%d proto=%d nchannels=%d nwarps=%d start=%llu "
-           "stop=%llu timer=%d occurrence=%llu\n",
+           "stop=%llu timer=%d occurrence=%llu dtype=%d\n",
            (unsigned long long)e[i].comm, e[i].coll, (unsigned long long)e[i].nbytes,
            (unsigned long long)e[i].seq, e[i].algo, e[i].proto, e[i].nchannels, e[i].nwarps,
            (unsigned long long)e[i].start_ns, (unsigned long long)e[i].stop_ns, e[i].timer,
-           (unsigned long long)e[i].occurrence);
+           (unsigned long long)e[i].occurrence, e[i].dtype);
 }
 
 /* ------------------------------------------------------------------------- profiler events */

@@ -64,6 +64,9 @@ def test_each_abi_installs_the_rule_of_each_occurrence(abi):
     assert decisions[8].has("unavailable") and not decisions[8].has("rule_applied")
     assert all(d.has("rule_applied") for i, d in enumerate(decisions) if i != 8)
     assert all(d.has("chunk") == (abi >= 6 and d.chunk_bytes > 0) for d in decisions)
+    # what NCCL offered and would have chosen itself, whatever the rule did: Tree and Ring, Ring LL128
+    assert {(d.table_mask, d.nccl_algo, d.nccl_proto) for d in decisions} == {(0b111111, Algo.RING, Proto.LL128)}
+    assert decisions[0].available == {(a, p) for a in (Algo.TREE, Algo.RING) for p in Proto}
 
 
 @pytest.mark.parametrize("abi", ABIS)
@@ -217,6 +220,9 @@ def test_odd_inputs_never_crash_and_stay_in_bounds():
             assert comm.tuner.finalize(bogus) == 0
     decisions = plugin.drain_decisions()
     assert len(decisions) == 9  # 3 AllGather, 2 Broadcast, 4 others; nothing for the bogus contexts
+    assert (decisions[0].table_mask, decisions[0].nccl_algo, decisions[0].algo) == (2**21 - 1, Algo.TREE, Algo.PAT)
+    assert (decisions[1].table_mask, decisions[1].has("unavailable")) == (0b11011, True)  # entries of a 2x2 table
+    assert (decisions[2].table_mask, decisions[2].nccl_algo, decisions[2].algo) == (0, None, None)
     assert [d.has("untracked") for d in decisions[5:]] == [True] * 4
     assert all(d.occurrence == UNKNOWN for d in decisions[5:])
 
@@ -246,14 +252,16 @@ def test_rules_a_context_can_never_reach_again_are_freed():
 
 def test_full_tables_refuse_rules_and_keep_the_installed_ones():
     plugin = fresh_plugin()
-    for k in range(16384):  # no context of comm 51 yet: every future rule may still be needed
+    capacity = plugin.capacity()
+    assert (capacity.rules, capacity.keys) == (16384, 3584)
+    for k in range(capacity.rules):  # no context of comm 51 yet: every future rule may still be needed
         Rule(k, 1, Algo.RING, Proto.LL).install(plugin, 51, Op.ALLREDUCE, 64 if k % 2 else 128)
     with pytest.raises(RuleTableFull, match="comm 0x33"):
         Rule(99999, 1).install(plugin, 51, Op.ALLREDUCE, 64)
     with EmulatedComm(plugin, 51, nranks=2) as comm:  # the rule from 0 (of the 128-byte task) still works
         assert comm.select(Op.ALLREDUCE, 128, H200_TABLE) == Selection(Algo.RING, Proto.LL, 0, 0)
-    assert plugin.clear_rules(51) == 16384
-    for n in range(3584):  # 7/8 of the 4096 task keys
+    assert plugin.clear_rules(51) == capacity.rules
+    for n in range(capacity.keys):
         Rule(0, 1).install(plugin, 52, Op.ALLGATHER, n)
     with pytest.raises(RuleTableFull):
         Rule(0, 1).install(plugin, 52, Op.ALLGATHER, 10**9)
