@@ -86,13 +86,16 @@ typedef struct {
   double perChMaxNVLSTreeBws[4][3];
 } ct_tuner_constants_v5_t;
 
-typedef struct {
-  const char* name;
-  ct_result_t (*init)(void** context, uint64_t commId, size_t nRanks, size_t nNodes, ct_logger_t logFunction,
-                      ct_nvl_domain_info_v5_t* nvlDomainInfo, ct_tuner_constants_v5_t* constants);
-  ct_result_t (*getCollInfo)(void* context, ct_func_t collType, size_t nBytes, int numPipeOps,
-                             float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels);
+#define CT_TUNER_V5_MEMBERS                                                                              \
+  const char* name;                                                                                      \
+  ct_result_t (*init)(void** context, uint64_t commId, size_t nRanks, size_t nNodes, ct_logger_t logFunction, \
+                      ct_nvl_domain_info_v5_t* nvlDomainInfo, ct_tuner_constants_v5_t* constants);        \
+  ct_result_t (*getCollInfo)(void* context, ct_func_t collType, size_t nBytes, int numPipeOps,            \
+                             float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels); \
   ct_result_t (*finalize)(void* context);
+
+typedef struct {
+  CT_TUNER_V5_MEMBERS
 } ct_tuner_v5_t;
 
 /* ---- tuner v6: NCCL 2.30.3 .. (src/include/plugin/tuner/tuner_v6.h at v2.30.7-1): v5 plus an
@@ -100,12 +103,7 @@ typedef struct {
  *      the part) after NCCL computed its chunk; NCCL clamps the result to its buffer ceiling and
  *      aligns it down to the protocol grain.  Constants and NVL domain info are v5's. ---------- */
 typedef struct {
-  const char* name;
-  ct_result_t (*init)(void** context, uint64_t commId, size_t nRanks, size_t nNodes, ct_logger_t logFunction,
-                      ct_nvl_domain_info_v5_t* nvlDomainInfo, ct_tuner_constants_v5_t* constants);
-  ct_result_t (*getCollInfo)(void* context, ct_func_t collType, size_t nBytes, int numPipeOps,
-                             float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels);
-  ct_result_t (*finalize)(void* context);
+  CT_TUNER_V5_MEMBERS
   ct_result_t (*getChunkSize)(void* context, ct_func_t collType, size_t nBytes, int algo, int proto,
                               int nChannels, size_t* chunkSize);
 } ct_tuner_v6_t;
@@ -124,18 +122,21 @@ typedef struct {
  * which is 24 in every version (8-byte aligned union after type, parentObj, rank). */
 
 /* v4: NCCL 2.27.x (profiler_v4.h at v2.27.5-1, unchanged at v2.28.9-1): `uint8_t type`. */
+#define CT_PROF_COLL_V4_MEMBERS                                                \
+  uint64_t seqNumber;   /* per communicator and function, counted by NCCL */   \
+  const char* func;     /* ncclFuncToString: "AllReduce", "AllGather", ... */  \
+  void const* sendBuff;                                                        \
+  void* recvBuff;                                                              \
+  size_t count;         /* elements (per rank for AllGather/ReduceScatter) */  \
+  int root;                                                                    \
+  const char* datatype; /* ncclDatatypeToString: "ncclFloat32", ... */         \
+  uint8_t nChannels;    /* channels the task really uses */                    \
+  uint8_t nWarps;                                                              \
+  const char* algo;     /* ncclAlgoToString: "TREE", "RING", ..., "PAT" */     \
+  const char* proto;    /* ncclProtoToString: "LL", "LL128", "SIMPLE" */
+
 typedef struct {
-  uint64_t seqNumber;       /* per communicator and function, counted by NCCL */
-  const char* func;         /* ncclFuncToString: "AllReduce", "AllGather", ... */
-  void const* sendBuff;
-  void* recvBuff;
-  size_t count;             /* elements (per rank for AllGather/ReduceScatter) */
-  int root;
-  const char* datatype;     /* ncclDatatypeToString: "ncclFloat32", "ncclBfloat16", ... */
-  uint8_t nChannels;        /* channels the task really uses */
-  uint8_t nWarps;
-  const char* algo;         /* ncclAlgoToString: "TREE", "RING", ..., "PAT" */
-  const char* proto;        /* ncclProtoToString: "LL", "LL128", "SIMPLE" */
+  CT_PROF_COLL_V4_MEMBERS
 } ct_prof_coll_v4_t;
 
 typedef struct {
@@ -155,17 +156,7 @@ typedef struct {
 
 /* v5: NCCL 2.28.x (profiler_v5.h at v2.28.9-1): `uint64_t type`; coll gains a trailing parentGroup. */
 typedef struct {
-  uint64_t seqNumber;
-  const char* func;
-  void const* sendBuff;
-  void* recvBuff;
-  size_t count;
-  int root;
-  const char* datatype;
-  uint8_t nChannels;
-  uint8_t nWarps;
-  const char* algo;
-  const char* proto;
+  CT_PROF_COLL_V4_MEMBERS
   void* parentGroup;
 } ct_prof_coll_v5_t;        /* also v6's coll (profiler_v6.h at v2.29.7-1 and v2.30.7-1) */
 

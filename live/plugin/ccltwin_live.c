@@ -488,28 +488,25 @@ static ct_result_t tuner_close(void* ctx) {
   return CT_SUCCESS;
 }
 
-static ct_result_t v3_init(size_t nranks, size_t nnodes, ct_logger_t log, void** ctx) {
-  tuner_init(3, 0, 0, nranks, nnodes, log, ctx);
-  return CT_SUCCESS;
-}
-static ct_result_t v4_init(size_t nranks, size_t nnodes, ct_logger_t log, void** ctx) {
-  tuner_init(4, 0, 0, nranks, nnodes, log, ctx);
-  return CT_SUCCESS;
-}
-static ct_result_t v5_init(void** ctx, uint64_t comm, size_t nranks, size_t nnodes, ct_logger_t log,
-                           ct_nvl_domain_info_v5_t* nvl, ct_tuner_constants_v5_t* constants) {
-  (void)nvl;
-  (void)constants;
-  tuner_init(5, 1, comm, nranks, nnodes, log, ctx);
-  return CT_SUCCESS;
-}
-static ct_result_t v6_init(void** ctx, uint64_t comm, size_t nranks, size_t nnodes, ct_logger_t log,
-                           ct_nvl_domain_info_v5_t* nvl, ct_tuner_constants_v5_t* constants) {
-  (void)nvl;
-  (void)constants;
-  tuner_init(6, 1, comm, nranks, nnodes, log, ctx);
-  return CT_SUCCESS;
-}
+/* The exported init of each tuner ABI: v3/v4 (no comm id), v5/v6 (comm id; constants left alone). */
+#define CT_TUNER_INIT_NO_ID(abi)                                                                \
+  static ct_result_t v##abi##_init(size_t nranks, size_t nnodes, ct_logger_t log, void** ctx) { \
+    tuner_init(abi, 0, 0, nranks, nnodes, log, ctx);                                            \
+    return CT_SUCCESS;                                                                          \
+  }
+#define CT_TUNER_INIT_ID(abi)                                                                                \
+  static ct_result_t v##abi##_init(void** ctx, uint64_t comm, size_t nranks, size_t nnodes, ct_logger_t log, \
+                                   ct_nvl_domain_info_v5_t* nvl, ct_tuner_constants_v5_t* constants) {       \
+    (void)nvl;                                                                                               \
+    (void)constants;                                                                                         \
+    tuner_init(abi, 1, comm, nranks, nnodes, log, ctx);                                                      \
+    return CT_SUCCESS;                                                                                       \
+  }
+CT_TUNER_INIT_NO_ID(3)
+CT_TUNER_INIT_NO_ID(4)
+CT_TUNER_INIT_ID(5)
+CT_TUNER_INIT_ID(6)
+
 static ct_result_t v3_coll_info(void* ctx, ct_func_t coll, size_t nbytes, int numPipeOps, float** table, int na,
                                 int np, int* nChannels) {
   (void)numPipeOps;
@@ -737,18 +734,15 @@ static ct_result_t p4_init(void** ctx, int* mask, const char* name, uint64_t com
   profiler_init(4, ctx, comm, mask, nnodes, nranks, rank, log);
   return CT_SUCCESS;
 }
-static ct_result_t p5_init(void** ctx, uint64_t comm, int* mask, const char* name, int nnodes, int nranks, int rank,
-                           ct_logger_t log) {
-  (void)name;
-  profiler_init(5, ctx, comm, mask, nnodes, nranks, rank, log);
-  return CT_SUCCESS;
-}
-static ct_result_t p6_init(void** ctx, uint64_t comm, int* mask, const char* name, int nnodes, int nranks, int rank,
-                           ct_logger_t log) {
-  (void)name;
-  profiler_init(6, ctx, comm, mask, nnodes, nranks, rank, log);
-  return CT_SUCCESS;
-}
+#define CT_PROFILER_INIT_ID(abi)                                                                             \
+  static ct_result_t p##abi##_init(void** ctx, uint64_t comm, int* mask, const char* name, int nnodes, int nranks, \
+                                   int rank, ct_logger_t log) {                                                  \
+    (void)name;                                                                                                  \
+    profiler_init(abi, ctx, comm, mask, nnodes, nranks, rank, log);                                              \
+    return CT_SUCCESS;                                                                                           \
+  }
+CT_PROFILER_INIT_ID(5)
+CT_PROFILER_INIT_ID(6)
 
 CT_EXPORT ct_profiler_v4_t ncclProfiler_v4 = {"ccltwin-live", p4_init, start_v4, stop_event, record_state,
                                               profiler_close};

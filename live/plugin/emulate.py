@@ -188,7 +188,7 @@ class EmulatedComm:
     def __enter__(self) -> EmulatedComm:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc_info) -> None:
         self.close()
 
 

@@ -291,8 +291,8 @@ def test_set_rule_refuses_what_nccl_could_not_take():
 
 def test_init_reports_through_nccls_logger():
     plugin, lines = fresh_plugin(), []
-    with EmulatedComm(plugin, 71, nranks=2, log=lambda *line: lines.append(line)):
-        pass
+    with EmulatedComm(plugin, 71, nranks=2, log=lambda *line: lines.append(line)) as comm:
+        assert comm.event_mask == (1 << 1) | (1 << 6)  # ncclProfileColl | ncclProfileKernelCh asked of NCCL
     (plevel, pflags, _, _, pfmt), (tlevel, tflags, tfile, _, tfmt) = lines
     assert (plevel, pflags, tlevel, tflags) == (3, 0x1 | 0x4000, 3, 0x1 | 0x40)  # INFO; INIT|PROFILE, INIT|TUNING
     assert "profiler v%d init" in pfmt and "tuner v%d init" in tfmt and tfile.endswith("ccltwin_live.c")
