@@ -34,8 +34,7 @@ from traces.trace_file import load_trace
 from tuner.export import plugin_winners, tuner_rules, write_tuner_csv
 from tuner.measurement import Measurement
 from tuner.store import Store, StoreError
-from twin.rank import rank_trace
-from twin.rank_commands import predicted_winners
+from twin.rank import predicted_winners, rank_trace
 from twin.replay import ReplayError
 from twin.replay.comms import cluster_for, shaped_tasks
 from twin.topology import TopologyError

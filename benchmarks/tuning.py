@@ -37,11 +37,11 @@ from traces.task import Task
 from traces.trace_file import load_trace
 from tuner.executor import space_for
 from tuner.plan import PlanEntry, RankedSubspace
-from tuner.search import make_search, run
 from tuner.search.base import fastest_share_mean
+from tuner.session import TuningSession, search_for
 from twin.executor import TwinExecutor
 from twin.topology import Cluster, load_cluster
-from twin.tune_commands import trace_tasks
+from twin.tuning import trace_tasks
 
 WORKLOADS = {"phi2": "phi2-tp8dp4", "llama8b": "llama8b-tp8dp4", "yi34b": "yi34b-tp8pp4", "vgg19": "vgg19-dp32"}
 CLUSTERS = ("a40-nvlink-pairs", "a40-pcie", "dgx-h100", "hgx-h200")
@@ -113,15 +113,14 @@ def tune_task(executor: TwinExecutor, task: Task, seed: int, runs: dict) -> dict
     row = {"task": f"{task.op} {task.nbytes / 2**20:.0f}MiB {task.group}", "size": space.size,
            "optimum_us": optimum, "default_x": executor.true_time(task, default) / optimum, "sweep_s": sweep_s}
     for label, (name, params, plan) in runs.items():
-        search = make_search(name, space, seed=seed, default=default if name in ("autoccl", "ours") else None,
-                             warm_start=plans[plan].warm_start() if plan else None, **params)
+        search = search_for(executor, task, name, seed=seed, warm_start=plans[plan].warm_start() if plan else None,
+                            **params)
         started = time.perf_counter()
-        history = run(search, lambda c: executor.measure(task, c))
-        winner = search.best[0]
-        first = next(i for i, (c, _) in enumerate(history, 1) if c == winner)
-        row[label] = {"trials": search.trials, "found": first, "x": executor.true_time(task, winner) / optimum,
-                      "to5": first_within(history, executor, task, optimum),
-                      "time_us": executor.true_time(task, winner), "cpu_s": time.perf_counter() - started}
+        result = TuningSession(executor, task, search, default=default).run()
+        row[label] = {"trials": result.trials, "found": result.found_at,
+                      "x": executor.true_time(task, result.winner) / optimum,
+                      "to5": first_within(search.history, executor, task, optimum),
+                      "time_us": executor.true_time(task, result.winner), "cpu_s": time.perf_counter() - started}
     return row
 
 

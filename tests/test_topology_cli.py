@@ -1,4 +1,4 @@
-"""``ccltwin topology`` (twin/topology_commands.py) through typer's CliRunner."""
+"""``ccltwin topology`` (ccltwin/topology.py) through typer's CliRunner."""
 
 import json
 from pathlib import Path
@@ -6,8 +6,8 @@ from pathlib import Path
 import networkx as nx
 from typer.testing import CliRunner
 
+from ccltwin.topology import app
 from twin.topology import import_nccl_topo_xml, load_cluster
-from twin.topology_commands import app
 
 DATA = Path(__file__).parent / "data" / "topology"
 runner = CliRunner()

@@ -328,7 +328,7 @@ def test_ccltwin_trace_capture_runs_a_script_under_torchrun(tmp_path):
 
 def test_importing_capture_does_not_import_torch():
     """``import traces.capture`` (and the CLI) must not load torch."""
-    code = "import sys, traces.capture, traces.commands; assert 'torch' not in sys.modules, 'torch loaded'"
+    code = "import sys, traces.capture, ccltwin; assert 'torch' not in sys.modules, 'torch loaded'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

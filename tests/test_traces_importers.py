@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from ccltwin.trace import app
 from traces.chakra import read_chakra
-from traces.commands import app, detect_format
 from traces.errors import TraceError
 from traces.flight_recorder import read_flight_recorder
+from traces.formats import detect_format
 from traces.task import Op, Task
 from traces.trace_file import load_trace
 

@@ -15,7 +15,7 @@ from tuner.store import Store
 from twin.rank import rank_tasks
 from twin.replay.comms import Communicators
 from twin.topology import load_cluster
-from twin.tune_commands import trace_tasks
+from twin.tuning import trace_tasks
 
 ONE_TASK = ["tune", "--executor", "twin", "--topology", "a40-pcie", "--nodes", "1", "--gpus-per-node", "4",
             "--op", "allreduce", "--nbytes", "8MiB", "--nranks", "4"]

@@ -297,7 +297,7 @@ def test_per_process_settings_follow_the_winners_that_cost_the_most_time():
 # ---- CLI -----------------------------------------------------------------------------------------
 
 
-def test_store_commands_import_show_and_export(tmp_path):
+def test_store_cli_imports_shows_and_exports(tmp_path):
     db = tmp_path / "tuning.db"
     log = DATA / "stanford-farmshare-l40s-pcie-2gpu-allreduce-auto_simple.txt"
     result = runner.invoke(app, ["store", "import", str(db), str(log), "--hardware", "l40s"])
@@ -324,7 +324,7 @@ def test_store_commands_import_show_and_export(tmp_path):
     assert f"NCCL_TUNER_CONFIG_FILE={csv.resolve()}" in env.read_text()
 
 
-def test_store_commands_fail_with_one_line_naming_the_file(tmp_path):
+def test_store_cli_fails_with_one_line_naming_the_file(tmp_path):
     result = runner.invoke(app, ["store", "show", str(tmp_path / "nope.db")])
     assert result.exit_code == 2 and "nope.db: no such store" in result.output
     result = runner.invoke(app, ["store", "show", str(tmp_path)])

@@ -9,6 +9,7 @@ from test_replay import TraceBuilder
 from typer.testing import CliRunner
 
 from ccltwin import app
+from traces.examples import default_trace
 from traces.task import Op
 from traces.trace_file import load_trace, save_trace
 from tuner.config import Transport
@@ -17,7 +18,6 @@ from twin.rank import call_cost, rank_task
 from twin.replay import Communicators, replay
 from twin.topology import load_cluster
 from twin.whatif import PRICE_PER_GPU_HOUR, tuned_config, tuned_configs
-from twin.whatif_commands import _default_trace
 
 runner = CliRunner()
 
@@ -173,6 +173,6 @@ def test_too_few_nodes_unknown_presets_and_report_formats_are_refused(trace_file
 
 
 def test_without_arguments_it_runs_on_a_bundled_example():
-    path, name = _default_trace()
+    path, name = default_trace()
     trace = load_trace(path)
     assert name in path.name and trace.world_size >= 8 and trace.tasks()

@@ -1,11 +1,26 @@
-"""The one error every trace reader raises on bad input."""
+"""The root of every error bad input causes, and the one every trace reader raises.
+
+Every error a person can fix — a file, an option, a value ccltwin cannot use as it stands —
+derives from :class:`CcltwinError`; the ``ccltwin`` command prints its message as one line and
+exits with status 2.  Any other exception is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 from os import PathLike
 
 
-class TraceError(ValueError):
+class CcltwinError(ValueError):
+    """Bad input, named in the message: which file, option or value, and what is wrong with it.
+
+    ``ValueError`` stays a base, so code that expects one for a wrong value still gets it::
+
+        >>> issubclass(TraceError, CcltwinError) and issubclass(CcltwinError, ValueError)
+        True
+    """
+
+
+class TraceError(CcltwinError):
     """A trace, log or dump that cannot be read as it stands.
 
     The message starts with where the problem is, as far as it is known:

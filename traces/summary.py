@@ -6,7 +6,7 @@ from typing import Any
 
 from traces.schema import Trace
 
-__all__ = ["format_summary", "human_bytes", "summarize"]
+__all__ = ["describe", "format_summary", "human_bytes", "summarize"]
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
@@ -40,6 +40,12 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "bytes_per_iteration": total,
         "tasks": rows,
     }
+
+
+def describe(trace: Trace) -> str:
+    """One line on what a trace holds: ranks, events, distinct tasks."""
+    events = sum(len(r.events) for r in trace.ranks)
+    return f"{len(trace.ranks)} rank(s) in the trace, {events} events, {len(trace.tasks())} distinct tasks"
 
 
 def human_bytes(n: float) -> str:

@@ -13,6 +13,12 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from traces.errors import CcltwinError
+
+
+class TaskError(CcltwinError):
+    """A task that cannot exist: an unknown collective or dtype, a negative size, too few ranks."""
+
 
 class Op(StrEnum):
     """The collective operations NCCL offers."""
@@ -69,7 +75,7 @@ def parse_op(name: str) -> Op:
     for op in Op:
         if compact == op.value:
             return op
-    raise ValueError(f"unknown collective {name!r}; expected one of {', '.join(o.value for o in Op)}")
+    raise TaskError(f"unknown collective {name!r}; expected one of {', '.join(o.value for o in Op)}")
 
 
 def busbw_factor(op: Op, nranks: int) -> float:
@@ -99,13 +105,13 @@ class Task:
 
     def __post_init__(self) -> None:
         if self.nbytes < 0:
-            raise ValueError(f"negative message size {self.nbytes} for {self.op}")
+            raise TaskError(f"negative message size {self.nbytes} for {self.op}")
         if self.nranks < 1:
-            raise ValueError(f"a communicator needs at least 1 rank, got {self.nranks}")
+            raise TaskError(f"a communicator needs at least 1 rank, got {self.nranks}")
         if self.op is Op.SENDRECV and self.nranks < 2:
-            raise ValueError("sendrecv needs 2 ranks")
+            raise TaskError("sendrecv needs 2 ranks")
         if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+            raise TaskError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
 
     @property
     def dtype_bytes(self) -> int:

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import re
 
+from traces.errors import CcltwinError
+
+
+class SizeError(CcltwinError):
+    """Text that is not a byte size or a range of sizes."""
+
+
 _UNITS = {
     "": 1,
     "b": 1,
@@ -28,7 +35,7 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (write e.g. 8B, 64K, 1MiB, 8GiB)")
+        raise SizeError(f"not a size: {text!r} (write e.g. 8B, 64K, 1MiB, 8GiB)")
     return int(float(m.group(1)) * _UNITS[unit])
 
 
@@ -40,13 +47,13 @@ def parse_size_range(text: str) -> list[int]:
     if len(parts) == 1:
         return [parse_size(parts[0])]
     if len(parts) > 3:
-        raise ValueError(f"not a size range: {text!r} (write MIN:MAX or MIN:MAX:FACTOR)")
+        raise SizeError(f"not a size range: {text!r} (write MIN:MAX or MIN:MAX:FACTOR)")
     lo, hi = parse_size(parts[0]), parse_size(parts[1])
     if len(parts) == 3 and not parts[2].strip().isdigit():
-        raise ValueError(f"size range {text!r}: FACTOR must be a whole number ≥ 2, got {parts[2]!r}")
+        raise SizeError(f"size range {text!r}: FACTOR must be a whole number ≥ 2, got {parts[2]!r}")
     factor = int(parts[2]) if len(parts) == 3 else 2
     if lo < 1 or hi < lo or factor < 2:
-        raise ValueError(f"size range {text!r} needs 1 ≤ MIN ≤ MAX and FACTOR ≥ 2")
+        raise SizeError(f"size range {text!r} needs 1 ≤ MIN ≤ MAX and FACTOR ≥ 2")
     sizes = []
     size = lo
     while size <= hi:

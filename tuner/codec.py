@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from traces.errors import CcltwinError
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport, parse_enum
 
 __all__ = ["FieldError", "config_from_dict", "config_to_dict", "get_field", "task_from_dict", "task_to_dict"]
 
 
-class FieldError(ValueError):
+class FieldError(CcltwinError):
     """A field of a JSON document is missing or has the wrong type or value."""
 
 

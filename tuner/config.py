@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
+from traces.errors import CcltwinError
+
+
+class ConfigError(CcltwinError):
+    """A configuration that is not one, or that this communicator cannot (or must not) run; the
+    message lists why."""
+
 
 class Algo(StrEnum):
     """NCCL's collective algorithms, in NCCL's index order."""
@@ -64,7 +71,7 @@ def parse_enum(kind: type[E], text: str) -> E:
         return kind(key)
     except ValueError:
         choices = ", ".join(m.value for m in kind)
-        raise ValueError(f"unknown {kind.__name__.lower()} {text!r}; expected one of {choices}") from None
+        raise ConfigError(f"unknown {kind.__name__.lower()} {text!r}; expected one of {choices}") from None
 
 
 @dataclass(frozen=True, order=True)
@@ -96,11 +103,11 @@ class Config:
 
     def __post_init__(self) -> None:
         if self.nchannels < 1:
-            raise ValueError(f"nchannels must be ≥ 1, got {self.nchannels}")
+            raise ConfigError(f"nchannels must be ≥ 1, got {self.nchannels}")
         if self.nthreads < 32 or self.nthreads % 32:
-            raise ValueError(f"nthreads must be a positive multiple of 32, got {self.nthreads}")
+            raise ConfigError(f"nthreads must be a positive multiple of 32, got {self.nthreads}")
         if self.chunk_bytes < 1:
-            raise ValueError(f"chunk_bytes must be ≥ 1, got {self.chunk_bytes}")
+            raise ConfigError(f"chunk_bytes must be ≥ 1, got {self.chunk_bytes}")
 
     @property
     def subspace(self) -> Subspace:

@@ -8,7 +8,7 @@ NCCL would have done on its own (the baseline every report compares with).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from traces.task import Task
 from tuner.config import Config
@@ -24,6 +24,8 @@ class Executor(Protocol):
     """The knob tiers this executor can change between two measurements."""
     hardware: str
     """The cluster its times belong to (a measurement record's ``hardware``)."""
+    nccl_version: tuple[int, int, int]
+    """The NCCL release that runs (or is modelled), ``(2, 28, 9)``."""
 
     def facts(self, task: Task) -> CommFacts:
         """The facts of the communicator ``task`` runs on."""
@@ -35,6 +37,17 @@ class Executor(Protocol):
 
     def measure(self, task: Task, config: Config) -> float:
         """Run ``task`` once with ``config``; its time in µs (``inf`` if the run failed)."""
+        ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """An executor whose measurements depend on how many came before (the twin's seeded noise):
+    a tuning session that resumes from stored trials tells it of each, so that it goes on as an
+    uninterrupted run would."""
+
+    def resumed(self, task: Task, config: Config) -> None:
+        """Count a measurement of ``config`` that an earlier run took."""
         ...
 
 

@@ -42,15 +42,20 @@ from traces.trace_file import write_atomic
 from tuner.config import Algo, Proto, Transport
 from tuner.measurement import Measurement
 from tuner.process_knobs import LL128_NTHREADS_RANGE, NTHREADS_RANGE, ProcessSettings, buffsize_for_chunk
+from tuner.store import Store, StoreError
 
-__all__ = ["TUNER_CSV_HEADER", "TunerRule", "plugin_winners", "settings_from_winners", "tuner_rules", "write_env",
-           "write_tuner_csv"]
+__all__ = ["NO_WINNERS", "TUNER_CSV_HEADER", "TunerRule", "plugin_winners", "settings_from_winners", "store_winners",
+           "tuner_rules", "write_env", "write_tuner_csv"]
 
 TUNER_CSV_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
 PLUGIN_OPS = (Op.BROADCAST, Op.REDUCE, Op.ALLGATHER, Op.REDUCESCATTER, Op.ALLREDUCE)
 """The collectives the example plugin can name (NCCL consults no tuner for point-to-point)."""
 MAX_BYTES = 2**64 - 1
 MAX_LINE = 255
+NO_WINNERS = ("winners are measured times with a known config (live tuning): nccl-tests rows record NCCL's "
+              "default and twin trials are predictions, both kept as history; for the twin's picks use "
+              "'ccltwin rank --csv'")
+"""Why a store can hold measurements and no winners."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -207,3 +212,21 @@ def settings_from_winners(winners: Sequence[Measurement]) -> ProcessSettings:
             votes[name][buffsize_for_chunk(m.task.op, c.algo, c.proto, c.chunk_bytes)] += m.time_us
     chosen = {name: max(tally, key=lambda value: (tally[value], value)) for name, tally in votes.items()}
     return ProcessSettings(transport=chosen.pop("transport", Transport.P2P), **chosen)
+
+
+def store_winners(store: Store, hardware: str | None = None) -> tuple[str, list[Measurement]]:
+    """The hardware id and the winners of ``store`` to export: those of ``hardware``, or of the
+    only hardware the store holds winners of; ``StoreError`` when there are none to export."""
+    every = store.bests()
+    if not every:
+        raise StoreError(f"{store.path}: no winners to export ({NO_WINNERS})")
+    if hardware is None:
+        ids = sorted({m.hardware for m in every})
+        if len(ids) != 1:
+            raise StoreError(f"{store.path}: give --hardware; the store holds winners of "
+                             f"{', '.join(repr(i) for i in ids)}")
+        hardware = ids[0]
+    winners = [m for m in every if m.hardware == hardware]
+    if not winners:
+        raise StoreError(f"{store.path}: no winners for hardware {hardware!r}")
+    return hardware, winners

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
+from traces.errors import CcltwinError
 from traces.task import GROUP_SHAPE, Task
 from traces.trace_file import write_atomic
 from tuner.codec import FieldError, config_from_dict, config_to_dict, get_field, task_from_dict, task_to_dict
@@ -29,7 +30,7 @@ PLAN_FORMAT = "ccltwin-plan"
 PLAN_VERSION = 1
 
 
-class PlanError(ValueError):
+class PlanError(CcltwinError):
     """A plan file that cannot be read, or a plan that breaks its own rules."""
 
 

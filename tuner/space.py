@@ -31,7 +31,7 @@ from functools import cached_property
 import numpy as np
 
 from traces.task import Task
-from tuner.config import Algo, Config, Proto, Subspace, Transport
+from tuner.config import Algo, Config, ConfigError, Proto, Subspace, Transport
 from tuner.knobs import ALL_TIERS, Knob, Tier, changeable_knobs, knob_tiers
 from tuner.rules import CommFacts, subspace_problem
 
@@ -45,10 +45,6 @@ THREADS_PER_SM = {70: 2048, 75: 1024, 80: 2048, 86: 1536, 87: 1536, 89: 1536, 90
 """Resident threads per SM by compute capability (CUDA programming guide, table of limits)."""
 CHANNEL_FIELD_MAX = 255
 """NCCL keeps a call's channel count in a uint8 (AutoCCL refuses more)."""
-
-
-class ConfigError(ValueError):
-    """A configuration this communicator cannot (or must not) run; the message lists why."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +93,29 @@ def maxchannels(nccl_version: tuple[int, int, int]) -> int:
     """NCCL's compiled ``MAXCHANNELS``: 32 up to 2.24, 64 from 2.25.1."""
     return 64 if tuple(nccl_version) >= (2, 25, 1) else 32
 
+
+
+def check_forced_resources(config: Config, knobs: dict, nccl_version: tuple[int, int, int]) -> None:
+    """Raise ``ConfigError`` naming the option when a forced resource (a ``knobs`` value that is
+    not ``None``) is one NCCL cannot run with the algorithm and protocol in use: channels above
+    ``MAXCHANNELS``, threads outside the protocol's range, a chunk smaller than the protocol's grain.
+
+    >>> ring_ll128 = Config(Algo.RING, Proto.LL128, Transport.P2P, 8, 64, 1920)
+    >>> check_forced_resources(ring_ll128, {"nchannels": None, "nthreads": 64, "chunk_bytes": None}, (2, 28, 9))
+    Traceback (most recent call last):
+    ...
+    tuner.config.ConfigError: --nthreads 64: ring/ll128 runs 96 to 640 threads
+    """
+    s = config.subspace
+    if knobs["nchannels"] is not None and config.nchannels > maxchannels(nccl_version):
+        raise ConfigError(f"--nchannels {config.nchannels}: NCCL {'.'.join(map(str, nccl_version))} runs at most "
+                          f"{maxchannels(nccl_version)} channels")
+    top = max_threads(s.algo, s.proto)
+    if knobs["nthreads"] is not None and not THREAD_VALUES[0] <= config.nthreads <= top:
+        raise ConfigError(f"--nthreads {config.nthreads}: {s.algo}/{s.proto} runs {THREAD_VALUES[0]} to {top} threads")
+    grain = GRAIN_BYTES[s.proto]
+    if knobs["chunk_bytes"] is not None and config.chunk_bytes < grain:
+        raise ConfigError(f"--chunk {config.chunk_bytes}: below the {s.proto} protocol's grain of {grain} bytes")
 
 def channel_cap(facts: CommFacts, tiers: Iterable[Tier] = ALL_TIERS) -> int:
     """Most channels any config may use on this communicator (see the module docstring).

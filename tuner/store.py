@@ -19,7 +19,9 @@ How that is guaranteed:
 * The history insert and the best upsert share one ``BEGIN IMMEDIATE`` transaction.
 
 ``best`` only considers measured times (``live``, ``nccl-tests``) with a known config; twin
-predictions are kept in history for calibration but never become winners. The schema has a
+predictions are kept in history for calibration but never become winners. When a tuning session
+ends, its winner, scored over repeated samples, replaces whichever single sample led
+(``set_best``). The schema has a
 version row; a store written by a newer ccltwin is refused rather than misread.
 """
 
@@ -32,6 +34,7 @@ from collections.abc import Iterable
 from os import PathLike
 from pathlib import Path
 
+from traces.errors import CcltwinError
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.measurement import Measurement
@@ -87,14 +90,14 @@ _KEY = "hardware, op, nbytes, nranks, dtype, task_group, comm"
 _COLUMNS = (f"{_KEY}, algo, proto, transport, nchannels, nthreads, chunk_bytes, time_us, source, nccl_version, "
             "interference, env, occurrence, measured_at")
 _INSERT_HISTORY = f"INSERT INTO history ({_COLUMNS}, recorded_at) VALUES ({', '.join('?' * (_COLUMNS.count(',') + 2))})"
-_UPSERT_BEST = f"""
+_SET_BEST = f"""
 INSERT INTO best ({_KEY}, history_id, time_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT ({_KEY}) DO UPDATE SET history_id = excluded.history_id, time_us = excluded.time_us
-WHERE excluded.time_us < best.time_us
 """
+_UPSERT_BEST = _SET_BEST + "WHERE excluded.time_us < best.time_us\n"
 
 
-class StoreError(ValueError):
+class StoreError(CcltwinError):
     """A store that cannot be opened or used: names the file and the problem."""
 
 
@@ -176,6 +179,38 @@ class Store:
                     self._db.execute(_UPSERT_BEST, (*row[:7], cursor.lastrowid, m.time_us))
         return ids
 
+    def add_unseen(self, measurements: Iterable[Measurement]) -> list[Measurement]:
+        """Record, in one transaction, the measurements not in history yet (equal in everything but
+        when they were stored), each once; returns those recorded. Importing a log again adds nothing."""
+        measurements = list(measurements)
+        seen = {_identity(m) for h in {m.hardware for m in measurements} for m in self.history(hardware=h)}
+        new = []
+        for m in measurements:
+            if (identity := _identity(m)) not in seen:
+                seen.add(identity)
+                new.append(m)
+        self.add_many(new)
+        return new
+
+    def set_best(self, winner: Measurement) -> bool:
+        """Make ``winner`` the best of its task on its hardware and communicator, whatever was there:
+        a tuning session's verdict, its config with its score over the samples (``time_us``), which
+        outranks any one sample. It points at the latest history row of that config; only measured
+        sources with a config can win (``WINNER_SOURCES``), and the return value says whether it did."""
+        if winner.config is None or winner.source not in WINNER_SOURCES:
+            return False
+        row = _row(winner)
+        with self._transaction():
+            found = self._db.execute(
+                f"SELECT id FROM history WHERE ({_KEY}, algo, proto, transport, nchannels, nthreads, chunk_bytes, "
+                "source) = (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ORDER BY id DESC LIMIT 1",
+                (*row[:13], winner.source)).fetchone()
+            if found is None:
+                raise StoreError(f"{self.path}: no {winner.source} measurement of {winner.config} for "
+                                 f"{winner.task} in history to make the best")
+            self._db.execute(_SET_BEST, (*row[:7], found[0], winner.time_us))
+        return True
+
     # ---- reading ----------------------------------------------------------------------------
 
     def count(self) -> int:
@@ -199,12 +234,14 @@ class Store:
 
     def bests(self, *, hardware: str | None = None, task: Task | None = None,
               comm: str | None = None) -> list[Measurement]:
-        """Current winners, ordered by hardware, op, size, ranks, group and communicator."""
+        """Current winners, ordered by hardware, op, size, ranks, group and communicator; each is
+        the history row it points at, with the winner's time."""
         where, args = _filters(task, hardware, "b.")
         if comm is not None:
             where += (" AND " if where else "WHERE ") + "b.comm = ?"
             args.append(comm)
-        columns = ", ".join(f"h.{c.strip()}" for c in _COLUMNS.split(","))
+        # the winner's time is the best's: one sample's, or a tuning session's score (``set_best``)
+        columns = ", ".join("b.time_us" if c.strip() == "time_us" else f"h.{c.strip()}" for c in _COLUMNS.split(","))
         rows = self._db.execute(
             f"SELECT {columns} FROM best b JOIN history h ON h.id = b.history_id {where} "
             "ORDER BY b.hardware, b.op, b.nbytes, b.nranks, b.dtype, b.task_group, b.comm", args)
@@ -250,6 +287,11 @@ def _row(m: Measurement) -> tuple:
               (c.algo.value, c.proto.value, c.transport.value, c.nchannels, c.nthreads, c.chunk_bytes))
     return (m.hardware, t.op.value, t.nbytes, t.nranks, t.dtype, t.group, m.comm, *config, m.time_us, m.source,
             m.nccl_version, m.interference, json.dumps(m.env, sort_keys=True), m.occurrence, m.timestamp)
+
+
+def _identity(m: Measurement) -> str:
+    """What makes two rows the same measurement (everything but when it was stored)."""
+    return json.dumps({k: v for k, v in m.to_dict().items() if k != "timestamp"}, sort_keys=True)
 
 
 def _measurement(row: tuple) -> Measurement:

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from traces.errors import CcltwinError
 from traces.task import Task
 from tuner.config import Config, Subspace, Transport
 from tuner.knobs import ALL_TIERS
@@ -43,9 +44,9 @@ class TwinExecutor:
                  nccl_version: tuple[int, int, int] = (2, 28, 9),
                  transports: tuple[Transport, ...] = (Transport.P2P, Transport.SHM)):
         if not 0 <= noise < 0.5:
-            raise ValueError(f"noise must be a relative sigma in [0, 0.5), got {noise}")
+            raise CcltwinError(f"noise must be a relative sigma in [0, 0.5), got {noise}")
         if not 0 <= spike_prob <= 1:
-            raise ValueError(f"spike_prob must be in [0, 1], got {spike_prob}")
+            raise CcltwinError(f"spike_prob must be in [0, 1], got {spike_prob}")
         self.cluster = cluster
         self.noise = noise
         self.spike_prob = spike_prob
@@ -98,9 +99,9 @@ class TwinExecutor:
         self._counts[key] = k + 1
         return self.true_time(task, config) * self.noise_factor(task, config, k)
 
-    def replayed(self, task: Task, config: Config) -> None:
-        """Count a measurement of ``config`` taken by an earlier run (its store replayed it), so
-        that the next one draws the noise an uninterrupted run would have."""
+    def resumed(self, task: Task, config: Config) -> None:
+        """Count a measurement of ``config`` taken by an earlier run (a tuning session resumed
+        from it), so that the next one draws the noise an uninterrupted run would have."""
         key = (task, config)
         self._counts[key] = self._counts.get(key, 0) + 1
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from traces.errors import CcltwinError
 
-class TopologyError(ValueError):
+
+class TopologyError(CcltwinError):
     """A cluster description, a hardware name in it, or a file describing it is wrong.
 
     The message names the element or file and the problem.  ``twin.topology``

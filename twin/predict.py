@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from traces.errors import CcltwinError
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
+from twin.hardware import TopologyError
 from twin.model.geometry import CommGeometry
 from twin.model.schedule import Schedule, build_schedule
 from twin.nccl_model import NcclCommInfo, nccl_choice
@@ -56,10 +58,10 @@ def pick_ranks(cluster, nranks: int | None) -> list[str]:
     if nranks is None:
         return gpus
     if not 1 <= nranks <= len(gpus):
-        raise ValueError(f"--nranks {nranks}: the cluster has {len(gpus)} GPUs")
+        raise TopologyError(f"--nranks {nranks}: the cluster has {len(gpus)} GPUs")
     per_node = cluster.gpus_per_node
     if nranks > per_node and nranks % per_node:
-        raise ValueError(f"--nranks {nranks} does not fill whole nodes of {per_node} GPUs; "
+        raise TopologyError(f"--nranks {nranks} does not fill whole nodes of {per_node} GPUs; "
                          f"use a multiple of {per_node} or --gpus-per-node")
     return gpus[:nranks]
 
@@ -121,5 +123,5 @@ class Twin:
 
             time_us = simulate([CollectiveRun(schedule)])[0]
         else:
-            raise ValueError(f"unknown engine {engine!r}; expected fast or des")
+            raise CcltwinError(f"unknown engine {engine!r}; expected fast or des")
         return Prediction(task, config, time_us, chosen_by, nccl_time)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tuner.config import Proto, Subspace, Transport
+from tuner.config import ConfigError, Proto, Subspace, Transport
 from tuner.plan import PlanEntry
 from tuner.process_knobs import NCCL_DEFAULT_BUFFSIZE, ProcessSettings
 from twin.model.schedule import schedule_for
@@ -97,7 +97,7 @@ def _tables(comm: Communicator, infos: dict[tuple[str, str], list[list]], entry:
                     nc, nthreads[i, j], chunks[i, j] = default_resources(info, op, s.algo, s.proto, nbytes)
                     if i == j == 0:
                         nccl_channels = nc
-        except ValueError:  # NCCL's cost model has no such implementation: the tuner cannot pick it
+        except ConfigError:  # NCCL's cost model has no such implementation: the tuner cannot pick it
             continue
         geom = comm.geometry(s.transport)
         times = np.min([np.broadcast_to(

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from traces.errors import CcltwinError
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Algo, Transport
+from tuner.measurement import Measurement
 from tuner.plan import Plan, PlanEntry, PlanError, RankedSubspace
 from tuner.rules import CommFacts
 from tuner.space import ConfigError, ConfigSpace, ResourceGrid
@@ -34,7 +36,8 @@ from twin.predict import Twin
 from twin.process_tuning import ProcessTuning, tune_process_settings
 from twin.replay.comms import Communicator, Communicators, nccl_default
 
-__all__ = ["Ranking", "call_cost", "comm_facts", "placement", "rank_task", "rank_tasks", "rank_trace"]
+__all__ = ["Ranking", "call_cost", "comm_facts", "placement", "predicted_winners", "rank_task", "rank_tasks",
+           "rank_trace"]
 
 _GRID_SHAPE = re.compile(r"(\d+)x(\d+)")
 
@@ -110,7 +113,7 @@ def rank_task(comm: Communicator, task: Task, calls_per_iteration: float = 1.0, 
         config = nccl_default(comm.nccl, task)
         default = RankedSubspace(config=config, time_us=float(build_schedule(
             comm.geometry(), task.op, task.nbytes, config, gpus_per_process=comm.gpus_per_process).time_us()))
-    except ValueError as err:  # ConfigError, Unsupported, a group NCCL could not form
+    except CcltwinError as err:  # ConfigError, Unsupported, a group NCCL could not form (TopologyError)
         raise ConfigError(f"{_describe(task)}: {err}") from None
     sms = comm.cluster.gpu.sm_count
 
@@ -179,6 +182,14 @@ def rank_tasks(tasks: dict[Task, float], cluster, *, nccl_version: tuple[int, in
             twins[(g, n)] = Twin(cluster.subset(nodes=n, gpus_per_node=g), nccl_version=nccl_version)
         placed.append((task, calls, twins[(g, n)]))
     return _rank(placed, cluster, nccl_version, max_channels, notes)
+
+
+def predicted_winners(plan: Plan, shapes: dict[Task, Task]) -> list[Measurement]:
+    """Each plan entry's best config as a twin measurement of its task with a ``GxN`` group
+    (``shapes``: the task as the plan names it → the task with its group's shape)."""
+    return [Measurement(task=shapes.get(e.task, e.task), config=e.best.config, time_us=e.best.time_us,
+                        source="twin", hardware=plan.cluster, nccl_version=plan.nccl_version)
+            for e in plan.entries if e.best.time_us > 0]
 
 
 def _sized(tasks: dict[Task, float], notes: list[str]) -> list[tuple[Task, float]]:

@@ -20,7 +20,7 @@ from traces.generate import generate, workload
 from traces.schema import Trace
 from traces.trace_file import save_trace
 
-__all__ = ["DEFAULT", "EXAMPLES", "names", "path", "regenerate", "write_all"]
+__all__ = ["DEFAULT", "EXAMPLES", "default_trace", "names", "path", "regenerate", "write_all"]
 
 HERE = Path(__file__).parent
 
@@ -46,6 +46,11 @@ def path(name: str) -> Path:
     if name not in EXAMPLES:
         raise TraceError(f"unknown example trace {name!r}; bundled ones: {', '.join(names())}")
     return HERE / f"{name}.json.gz"
+
+
+def default_trace() -> tuple[Path, str]:
+    """The file and the name of the example the README's walk-through uses."""
+    return path(DEFAULT), DEFAULT
 
 
 def regenerate(name: str) -> Trace:

@@ -38,6 +38,7 @@ __all__ = [
     "load_model",
     "load_plan",
     "load_workload",
+    "parse_overrides",
     "workload",
 ]
 
@@ -359,6 +360,21 @@ def workload(
     check_fit(the_model, the_plan, plan)
     name = f"{getattr(the_model, 'name', model)}-{Path(plan).stem}"
     return Workload(name, the_model, the_plan)
+
+
+def parse_overrides(settings: list[str]) -> dict[str, Any]:
+    """Plan fields from ``FIELD=VALUE`` settings, values read as YAML scalars.
+
+    >>> parse_overrides(["micro_batches=4", "sequence_parallel=false"])
+    {'micro_batches': 4, 'sequence_parallel': False}
+    """
+    overrides = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise WorkloadError(f"--set takes FIELD=VALUE, got {setting!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
 
 
 def with_plan(work: Workload, **changes: Any) -> Workload:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from traces.errors import CcltwinError
 from tuner.codec import config_from_dict, config_to_dict
 from tuner.config import Config, Subspace
 from tuner.space import ConfigSpace
@@ -25,7 +26,7 @@ from tuner.space import ConfigSpace
 STATE_VERSION = 1
 
 
-class SearchStateError(ValueError):
+class SearchStateError(CcltwinError):
     """A saved search state that does not belong to this search or space."""
 
 

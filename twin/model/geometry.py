@@ -17,7 +17,7 @@ from functools import cached_property, lru_cache
 from tuner.config import Proto, Transport
 from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us
 from twin.model.protocols import ROOT_COMPLEX_P2P_EFFICIENCY, hop_latency_us, store_efficiency
-from twin.topology import Hop
+from twin.topology import Hop, TopologyError
 
 MULTINODE_LL_INTRA_FACTOR = 1.8
 """NCCL 2.8.4 ``src/graph/tuning.cc``: intra-node LL latency × 1.8 when the communicator spans nodes."""
@@ -148,7 +148,8 @@ class CommGeometry:
             self._by_host.setdefault(cluster.host_of(gpu), []).append(gpu)
         sizes = {len(v) for v in self._by_host.values()}
         if len(sizes) != 1:
-            raise ValueError(f"ranks are spread unevenly over nodes: {sorted(len(v) for v in self._by_host.values())}")
+            raise TopologyError("ranks are spread unevenly over nodes: "
+                                f"{sorted(len(v) for v in self._by_host.values())}")
         self._hosts = list(self._by_host.values())
         self._host_rank = {gpu: h for h, gpus in enumerate(self._hosts) for gpu in gpus}
         self._nics = [cluster.channel_nics(gpus) for gpus in self._hosts] if len(self._hosts) > 1 else None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from traces.errors import CcltwinError
 from traces.task import Op
 from tuner.config import Algo, Config, Proto
 from tuner.rules import ALGORITHMS_FOR_OP
@@ -67,7 +68,7 @@ def slice_sync_us(algo: Algo, proto: Proto, slices_per_step):
 SIMPLE_ONLY = (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN, Algo.PAT)
 
 
-class Unsupported(ValueError):
+class Unsupported(CcltwinError):
     """The configuration is one NCCL cannot run here (wrong algorithm for the op or fabric)."""
 
 

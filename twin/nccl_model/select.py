@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from traces.task import Op
-from tuner.config import Algo, Proto
+from tuner.config import Algo, ConfigError, Proto
 from twin.nccl_model.constants import (
     COLLNET_THREAD_THRESHOLD,
     GRAIN_BYTES,
@@ -74,7 +74,7 @@ def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32")
     if best is None:
         envs = (("NCCL_ALGO", info.algo_env), ("NCCL_PROTO", info.proto_env))
         env = "".join(f" {k}={v}" for k, v in envs if v)
-        raise ValueError(f"no algorithm/protocol available for {op} ({dtype}){env}")
+        raise ConfigError(f"no algorithm/protocol available for {op} ({dtype}){env}")
     algo, proto = best
     nc, nt = algo_info(info, op, algo, proto, nbytes)
     used = channels_used(info, op, algo, proto, nbytes, nc)
@@ -101,7 +101,7 @@ def default_resources(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto,
         choice = _p2p_choice(info, op, nbytes)
         return choice.nchannels, choice.nthreads, choice.chunk_bytes
     if not implemented(op, algo, proto):
-        raise ValueError(f"NCCL has no {algo}/{proto} implementation of {op}")
+        raise ConfigError(f"NCCL has no {algo}/{proto} implementation of {op}")
     nc, nt = algo_info(info, op, algo, proto, nbytes)
     used = channels_used(info, op, algo, proto, nbytes, nc)
     return nc, nt, _chunk_for(info, op, algo, proto, nbytes, nc, used)

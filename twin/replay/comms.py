@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Protocol
 
+from traces.errors import CcltwinError
 from traces.schema import CollectiveEvent, Trace
 from traces.task import Op, Task
 from tuner.config import Config, Transport
@@ -52,7 +53,7 @@ def translations(members: tuple[int, ...], world_size: int) -> list[tuple[int, .
     return [tuple(r - first + start for r in members) for start in starts if start != first]
 
 
-class ReplayError(ValueError):
+class ReplayError(CcltwinError):
     """The trace cannot be replayed on this cluster (too few GPUs, a group NCCL could not form)."""
 
 

@@ -61,3 +61,30 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
 
 def _local(node: str) -> str:
     return node.split("/", 1)[1]
+
+
+def format_summary(facts: dict[str, Any]) -> str:
+    """``summarize``'s facts as the lines ``ccltwin topology show`` prints."""
+    nvlink = ("none" if not facts["nvlinks_per_gpu"] else
+              f"{'NVSwitch' if facts['nvswitch'] else 'direct'}, {facts['nvlinks_per_gpu']} links, "
+              f"{facts['nvlink_gbps_per_gpu']:g} GB/s per GPU, NVLink peers: {facts['nvlink_peers_per_gpu']}")
+    rates = sorted(set(facts["nic_gbps"]))
+    affinity = " ".join(f"{g}→{n}" for g, n in facts["gpu_nic_affinity"].items()) or "-"
+    fabric = facts["fabric"]
+    lines = [
+        f"{facts['name']}: {facts['description']}" if facts["description"] else facts["name"],
+        f"  nodes      {facts['nodes']}",
+        f"  GPUs       {facts['nodes'] * facts['gpus_per_node']} × {facts['gpu_model']} "
+        f"({facts['gpus_per_node']} per node)",
+        f"  NVLink     {nvlink}",
+        f"  PCIe       {facts['gpu_pcie_gbps']:g} GB/s per GPU link, "
+        f"{facts['pcie_switches_per_node']} switches, {facts['sockets_per_node']} × {facts['cpu_vendor']} CPU"
+        + (f" ({facts['socket_link_gbps']:g} GB/s between sockets)" if facts["socket_link_gbps"] else ""),
+        f"  NICs       {facts['nics_per_node']} per node"
+        + (f" at {'/'.join(f'{r:g}' for r in rates)} Gb/s" if rates else ""),
+        f"  GPU→NIC    {affinity}",
+        "  fabric     " + (f"{fabric['leaves']} leaves, {fabric['spines']} spines, "
+                           f"{fabric['link_gbps']:g} Gb/s links" if fabric else "none"),
+        f"  graph      {facts['graph']['nodes']} nodes, {facts['graph']['edges']} edges",
+    ]
+    return "\n".join(lines)

@@ -7,13 +7,13 @@ from typing import Annotated
 
 import typer
 
+from traces.errors import CcltwinError
 from traces.task import parse_op
 from traces.units import parse_size, parse_size_range
-from tuner.config import Algo, Config, Proto, Transport, parse_enum
-from tuner.space import GRAIN_BYTES, THREAD_VALUES, max_threads, maxchannels
-from twin.model.schedule import Unsupported
+from tuner.config import Algo, Proto, Transport, parse_enum
+from tuner.space import check_forced_resources
 from twin.predict import Prediction, Twin
-from twin.topology import TopologyError, load_cluster
+from twin.topology import load_cluster
 
 HEADER = (f"{'size':>12} {'count':>12} {'type':>8} {'time':>10} {'algbw':>8} {'busbw':>8}  "
           f"{'algo':<14} {'proto':<6} {'transport':<9} {'nch':>3} {'nthr':>4} {'chunk':>8}  chosen_by")
@@ -25,27 +25,6 @@ def _row(p: Prediction) -> str:
     return (f"{p.task.nbytes:>12} {p.task.count:>12} {p.task.dtype:>8} {p.time_us:>10.2f} {p.algbw_gbps:>8.2f} "
             f"{p.busbw_gbps:>8.2f}  {c.algo:<14} {c.proto:<6} {c.transport:<9} {c.nchannels:>3} {c.nthreads:>4} "
             f"{c.chunk_bytes:>8}  {p.chosen_by}")
-
-
-def fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
-
-def check_forced_resources(config: Config, knobs: dict, nccl_version: tuple[int, int, int]) -> None:
-    """Raise ``ValueError`` naming the option when a forced resource is one NCCL cannot run with
-    the algorithm and protocol in use: channels above ``MAXCHANNELS``, threads outside the
-    protocol's range, a chunk smaller than the protocol's grain."""
-    s = config.subspace
-    if knobs["nchannels"] is not None and config.nchannels > maxchannels(nccl_version):
-        raise ValueError(f"--nchannels {config.nchannels}: NCCL {'.'.join(map(str, nccl_version))} runs at most "
-                         f"{maxchannels(nccl_version)} channels")
-    top = max_threads(s.algo, s.proto)
-    if knobs["nthreads"] is not None and not THREAD_VALUES[0] <= config.nthreads <= top:
-        raise ValueError(f"--nthreads {config.nthreads}: {s.algo}/{s.proto} runs {THREAD_VALUES[0]} to {top} threads")
-    grain = GRAIN_BYTES[s.proto]
-    if knobs["chunk_bytes"] is not None and config.chunk_bytes < grain:
-        raise ValueError(f"--chunk {config.chunk_bytes}: below the {s.proto} protocol's grain of {grain} bytes")
 
 
 def simulate(
@@ -76,26 +55,23 @@ def simulate(
     """
     if nthreads is not None and nthreads % 32:
         raise typer.BadParameter(f"{nthreads} is not a multiple of 32 (a warp)", param_hint="--nthreads")
-    try:
-        cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                               nic_gbps=nic_gbps)
-        if cluster.gpus_per_node % gpus_per_process:
-            raise ValueError(f"--gpus-per-process {gpus_per_process}: one process drives whole shares of a node's "
-                             f"{cluster.gpus_per_node} GPUs")
-        twin = Twin(cluster, nranks, gpus_per_process=gpus_per_process)
-        knobs = {
-            "algo": parse_enum(Algo, algo) if algo else None,
-            "proto": parse_enum(Proto, proto) if proto else None,
-            "transport": parse_enum(Transport, transport) if transport else None,
-            "nchannels": nchannels, "nthreads": nthreads,
-            "chunk_bytes": parse_size(chunk) if chunk else None,
-        }
-        the_op = parse_op(op)
-        predictions = [twin.predict(the_op, n, dtype=dtype, engine=engine, **knobs) for n in parse_size_range(sizes)]
-        for p in predictions:
-            check_forced_resources(p.config, knobs, twin.nccl.nccl_version)
-    except (TopologyError, Unsupported, ValueError) as exc:
-        fail(str(exc))
+    cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+                           nic_gbps=nic_gbps)
+    if cluster.gpus_per_node % gpus_per_process:
+        raise CcltwinError(f"--gpus-per-process {gpus_per_process}: one process drives whole shares of a node's "
+                           f"{cluster.gpus_per_node} GPUs")
+    twin = Twin(cluster, nranks, gpus_per_process=gpus_per_process)
+    knobs = {
+        "algo": parse_enum(Algo, algo) if algo else None,
+        "proto": parse_enum(Proto, proto) if proto else None,
+        "transport": parse_enum(Transport, transport) if transport else None,
+        "nchannels": nchannels, "nthreads": nthreads,
+        "chunk_bytes": parse_size(chunk) if chunk else None,
+    }
+    the_op = parse_op(op)
+    predictions = [twin.predict(the_op, n, dtype=dtype, engine=engine, **knobs) for n in parse_size_range(sizes)]
+    for p in predictions:
+        check_forced_resources(p.config, knobs, twin.nccl.nccl_version)
     if as_json:
         typer.echo(json.dumps([p.as_dict() for p in predictions], indent=1))
         return

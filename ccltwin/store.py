@@ -3,8 +3,6 @@
     ccltwin store show tuning.db [--hardware h100-a] [--history] [--json]
     ccltwin store import tuning.db all_reduce.log [--hardware h100-a]
     ccltwin store export tuning.db --csv nccl_tuner.conf --env nccl.env [--hardware h100-a]
-
-Errors go to stderr with exit code 2.
 """
 
 from __future__ import annotations
@@ -15,26 +13,17 @@ from typing import Annotated
 
 import typer
 
-from traces.errors import TraceError
+from ccltwin.cli import App
+from traces.errors import CcltwinError
 from traces.trace_file import check_writable
-from tuner.export import settings_from_winners, write_env, write_tuner_csv
+from tuner.export import NO_WINNERS, settings_from_winners, store_winners, write_env, write_tuner_csv
 from tuner.measurement import Measurement, read_nccl_tests_measurements
-from tuner.store import Store, StoreError
+from tuner.store import Store
 
-app = typer.Typer(help="The SQLite tuning store: show, import, export.", no_args_is_help=True)
+app = App(help="The SQLite tuning store: show, import, export.", no_args_is_help=True)
 
 StorePath = Annotated[Path, typer.Argument(help="The store file (SQLite).")]
 Hardware = Annotated[str | None, typer.Option(help="Only this hardware id (needed when the store has several).")]
-
-
-def _fail(err: Exception) -> typer.Exit:
-    typer.echo(f"error: {err}", err=True)
-    return typer.Exit(2)
-
-
-NO_WINNERS = ("winners are measured times with a known config (live tuning): nccl-tests rows record NCCL's "
-              "default and twin trials are predictions, both kept as history; for the twin's picks use "
-              "'ccltwin rank --csv'")
 
 
 def _row(m: Measurement, width: int) -> str:
@@ -56,12 +45,9 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of measurements.")] = False,
 ) -> None:
     """Print the current best config of every task (or the whole history)."""
-    try:
-        with Store(store, create=False) as db:
-            rows = db.history(hardware=hardware) if history else db.bests(hardware=hardware)
-            total, known = db.count(), db.hardware_ids()
-    except StoreError as err:
-        raise _fail(err) from None
+    with Store(store, create=False) as db:
+        rows = db.history(hardware=hardware) if history else db.bests(hardware=hardware)
+        total, known = db.count(), db.hardware_ids()
     if hardware is not None and hardware not in known:
         typer.echo(f"note: no measurement of hardware {hardware!r}; the store has {', '.join(map(repr, known))}",
                    err=True)
@@ -88,26 +74,12 @@ def import_(
 ) -> None:
     """Add every row of nccl-tests logs to the store's history (NCCL's default config); rows already
     there (the same log imported again) are skipped."""
-    try:
-        measurements = [m for log in logs for m in read_nccl_tests_measurements(log, hardware=hardware)]
-        with Store(store) as db:
-            seen = {_identity(m) for h in {m.hardware for m in measurements} for m in db.history(hardware=h)}
-            new = []
-            for m in measurements:  # rows already stored, or given twice (the same log named twice)
-                if (identity := _identity(m)) not in seen:
-                    seen.add(identity)
-                    new.append(m)
-            db.add_many(new)
-    except (TraceError, StoreError) as err:
-        raise _fail(err) from None
+    measurements = [m for log in logs for m in read_nccl_tests_measurements(log, hardware=hardware)]
+    with Store(store) as db:
+        new = db.add_unseen(measurements)
     skipped = len(measurements) - len(new)
     typer.echo(f"{store}: added {len(new)} measurements from {len(logs)} log(s)"
                + (f"; skipped {skipped} already in the store or given twice" if skipped else ""))
-
-
-def _identity(m: Measurement) -> str:
-    """What makes two imported rows the same measurement (everything but when it was stored)."""
-    return json.dumps({k: v for k, v in m.to_dict().items() if k != "timestamp"}, sort_keys=True)
 
 
 @app.command()
@@ -121,21 +93,12 @@ def export(
 ) -> None:
     """Export the winners: the example tuner plugin's CSV and/or an environment file."""
     if csv is None and env is None:
-        raise _fail(ValueError("nothing to do: give --csv and/or --env"))
-    try:
-        for path, what in ((csv, "tuner rules"), (env, "environment file")):
-            if path is not None:
-                check_writable(path, what)
-        with Store(store, create=False) as db:
-            every = db.bests()
-        if not every:
-            raise StoreError(f"{store}: no winners to export ({NO_WINNERS})")
-        hardware = hardware or _only_hardware(store, every)
-        winners = [m for m in every if m.hardware == hardware]
-    except (StoreError, TraceError) as err:
-        raise _fail(err) from None
-    if not winners:
-        raise _fail(StoreError(f"{store}: no winners for hardware {hardware!r}"))
+        raise CcltwinError("nothing to do: give --csv and/or --env")
+    for path, what in ((csv, "tuner rules"), (env, "environment file")):
+        if path is not None:
+            check_writable(path, what)
+    with Store(store, create=False) as db:
+        hardware, winners = store_winners(db, hardware)
     title = f"{len(winners)} winners of {store} on {hardware}"
     if csv is not None:
         notes = write_tuner_csv(winners, csv, cover_all_sizes=not exact_sizes, title=title)
@@ -146,10 +109,3 @@ def export(
         extra = {"NCCL_TUNER_CONFIG_FILE": str(csv.resolve())} if csv is not None else None
         write_env(settings_from_winners(winners), env, extra=extra, title=title)
         typer.echo(f"wrote {env} (bash: set -a; . {env}; set +a)")
-
-
-def _only_hardware(store: Path, winners: list[Measurement]) -> str:
-    ids = sorted({m.hardware for m in winners})
-    if len(ids) != 1:
-        raise StoreError(f"{store}: give --hardware; the store holds winners of {', '.join(repr(i) for i in ids)}")
-    return ids[0]

@@ -7,7 +7,7 @@ the trace unless ``--nodes`` is given. Prints one row per distinct task (best su
 resources, predicted best and default times) and the per-process settings; writes the plan
 (docs/plan-format.md) and optionally the settings as an environment file and the predicted
 winners as the rule file of NCCL's example tuner plugin (``tuner.export``; each rule names the
-node and rank count of its communicator as placed here). Errors go to stderr with exit code 2.
+node and rank count of its communicator as placed here).
 """
 
 from __future__ import annotations
@@ -17,16 +17,11 @@ from typing import Annotated
 
 import typer
 
-from traces.errors import TraceError
-from traces.task import Task
 from traces.trace_file import check_writable, load_trace
 from tuner.export import write_env, write_tuner_csv
-from tuner.measurement import Measurement
-from tuner.plan import Plan, PlanEntry, PlanError, save_plan
-from twin.rank import rank_trace
-from twin.replay import ReplayError
+from tuner.plan import PlanEntry, save_plan
+from twin.rank import predicted_winners, rank_trace
 from twin.replay.comms import cluster_for, shaped_tasks
-from twin.topology import TopologyError
 
 HEADER = (f"{'op':<13} {'size (B)':>12} {'ranks':>5} {'group':<6} {'calls/it':>8}  {'best subspace':<24} "
           f"{'nc':>3} {'nt':>4} {'chunk':>8} {'best (us)':>10}  {'NCCL default':<24} {'default (us)':>12} "
@@ -66,18 +61,14 @@ def rank(
     """Rank NCCL's subspaces for every task of a trace and write the warm-start plan."""
     if max_channels is not None and max_channels < 1:
         raise typer.BadParameter("must be at least 1", param_hint="--max-channels")
-    try:
-        for path, what in ((output, "plan"), (env, "environment file"), (csv, "tuner rules")):
-            if path is not None:
-                check_writable(path, what)
-        version = _version(nccl_version)
-        workload = load_trace(trace)
-        cluster = cluster_for(workload, topology, nodes=nodes, gpus_per_node=gpus_per_node,
-                              nics_per_node=nics_per_node, nic_gbps=nic_gbps)
-        ranking = rank_trace(workload, cluster, nccl_version=version, max_channels=max_channels)
-    except (TraceError, TopologyError, PlanError, ReplayError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    for path, what in ((output, "plan"), (env, "environment file"), (csv, "tuner rules")):
+        if path is not None:
+            check_writable(path, what)
+    version = _version(nccl_version)
+    workload = load_trace(trace)
+    cluster = cluster_for(workload, topology, nodes=nodes, gpus_per_node=gpus_per_node,
+                          nics_per_node=nics_per_node, nic_gbps=nic_gbps)
+    ranking = rank_trace(workload, cluster, nccl_version=version, max_channels=max_channels)
     plan, process = ranking.plan, ranking.process
     save_plan(plan, output)
     typer.echo(f"# ccltwin rank: {len(plan.entries)} tasks of {trace} on {plan.cluster}, NCCL {plan.nccl_version}; "
@@ -103,10 +94,3 @@ def rank(
         extra = {"NCCL_TUNER_CONFIG_FILE": str(csv.resolve())} if csv is not None else None
         write_env(process.settings, env, extra=extra, title=f"ccltwin rank of {trace} on {plan.cluster}")
         typer.echo(f"wrote {env}")
-
-
-def predicted_winners(plan: Plan, shapes: dict[Task, Task]) -> list[Measurement]:
-    """Each plan entry's best config as a twin measurement of its task with a ``GxN`` group."""
-    return [Measurement(task=shapes.get(e.task, e.task), config=e.best.config, time_us=e.best.time_us,
-                        source="twin", hardware=plan.cluster, nccl_version=plan.nccl_version)
-            for e in plan.entries if e.best.time_us > 0]

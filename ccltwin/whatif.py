@@ -3,8 +3,6 @@
     ccltwin whatif                                        # bundled example trace on two presets
     ccltwin whatif --trace job.json --topology dgx-h100 --topology mybox.yaml --nodes 4 --json
     ccltwin whatif -o report.md                           # also write a Markdown report
-
-Errors go to stderr with exit code 2.
 """
 
 from __future__ import annotations
@@ -15,19 +13,13 @@ from typing import Annotated
 
 import typer
 
-from traces.errors import TraceError
+from traces.errors import CcltwinError
+from traces.examples import default_trace
 from traces.trace_file import check_writable, load_trace, write_atomic
-from twin.replay import ReplayError
-from twin.topology import TopologyError
 from twin.whatif import Candidate, what_if
 from twin.whatif_format import format_markdown, format_text
 
 DEFAULT_TOPOLOGIES = ("dgx-h100", "dgx-a100")
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _per_topology(values: list | None, count: int, option: str) -> list:
@@ -36,14 +28,9 @@ def _per_topology(values: list | None, count: int, option: str) -> list:
     if len(values) == 1:
         return values * count
     if len(values) != count:
-        _fail(f"give {option} once (for every topology) or once per --topology ({count}), not {len(values)} times")
+        raise CcltwinError(f"give {option} once (for every topology) or once per --topology ({count}), "
+                           f"not {len(values)} times")
     return list(values)
-
-
-def _default_trace() -> tuple[Path, str]:
-    from traces.examples import DEFAULT, path
-
-    return path(DEFAULT), DEFAULT
 
 
 def whatif(
@@ -63,23 +50,20 @@ def whatif(
     """Replay a training trace on candidate clusters: iteration time, communication share, per-task
     bus bandwidth and cost, with NCCL's default configuration and with the best one found."""
     if output is not None and output.suffix not in (".md", ".json"):
-        _fail(f"{output}: the report is written as Markdown (.md) or JSON (.json)")
+        raise CcltwinError(f"{output}: the report is written as Markdown (.md) or JSON (.json)")
     topologies = list(topology or DEFAULT_TOPOLOGIES)
     node_counts = _per_topology(nodes, len(topologies), "--nodes")
     prices = _per_topology(price_per_gpu_hour, len(topologies), "--price-per-gpu-hour")
     if any(n is not None and n < 1 for n in node_counts):
-        _fail("--nodes must be at least 1")
+        raise CcltwinError("--nodes must be at least 1")
     if any(p is not None and p < 0 for p in prices):
-        _fail("--price-per-gpu-hour must be at least 0")
-    path, name = (trace, trace.name.removesuffix(".gz").removesuffix(".json")) if trace else _default_trace()
-    try:
-        if output is not None:
-            check_writable(output, "report")
-        workload = load_trace(path)
-        candidates = [Candidate(t, n, p) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
-        report = what_if(workload, candidates, tuned=tuned, name=name)
-    except (TraceError, TopologyError, ReplayError) as err:
-        _fail(str(err))
+        raise CcltwinError("--price-per-gpu-hour must be at least 0")
+    path, name = (trace, trace.name.removesuffix(".gz").removesuffix(".json")) if trace else default_trace()
+    if output is not None:
+        check_writable(output, "report")
+    workload = load_trace(path)
+    candidates = [Candidate(t, n, p) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
+    report = what_if(workload, candidates, tuned=tuned, name=name)
     document = json.dumps(report.as_dict(), indent=1)
     typer.echo(document if as_json else format_text(report), nl=as_json)
     if output is not None:

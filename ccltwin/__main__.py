@@ -1,0 +1,5 @@
+"""``python -m ccltwin``: the same as the ``ccltwin`` command."""
+
+from ccltwin import main
+
+main()

@@ -1,0 +1,47 @@
+"""A real machine's description in, a cluster description out.
+
+``nvidia-smi topo -m`` output and NCCL's topology dump (``NCCL_TOPO_DUMP_FILE``) describe one
+node; ``import_spec`` reads either (telling XML from the matrix by its first character), fills
+what the file lacks from the arguments, and returns a ``ClusterSpec`` that ``dump_spec`` writes
+as YAML, refusing one that would not load.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from twin.hardware import TopologyError
+from twin.topology.build import build_cluster
+from twin.topology.loader import read_source
+from twin.topology.nccl_xml import parse_nccl_topo_xml
+from twin.topology.nvidia_smi import parse_nvidia_smi_topo
+from twin.topology.spec import ClusterSpec
+
+__all__ = ["TopologyFormat", "import_spec"]
+
+
+class TopologyFormat(StrEnum):
+    """The descriptions ``import_spec`` reads (``auto``: tell from the content)."""
+
+    AUTO = "auto"
+    NVIDIA_SMI = "nvidia-smi"
+    NCCL_XML = "nccl-xml"
+
+
+def import_spec(file: str | Path, format: TopologyFormat = TopologyFormat.AUTO, *, gpu_model: str | None = None,
+                nic_gbps: float | None = None, nvswitch: bool = False) -> ClusterSpec:
+    """The one-node cluster description of ``file`` (``nvswitch``: an XML without ``<nvlink>``
+    whose GPUs sit on an NVSwitch); raises ``TopologyError`` naming the file and the problem."""
+    if nic_gbps is not None and nic_gbps <= 0:
+        raise TopologyError(f"--nic-gbps {nic_gbps:g}: a NIC's line rate must be positive")
+    text, source, name = read_source(file, "topology")
+    if format is TopologyFormat.AUTO:
+        format = TopologyFormat.NCCL_XML if text.lstrip().startswith("<") else TopologyFormat.NVIDIA_SMI
+    if format is TopologyFormat.NCCL_XML:
+        spec = parse_nccl_topo_xml(text, gpu_model=gpu_model, nic_gbps=nic_gbps, nvswitch=nvswitch,
+                                   source=source, name=name)
+    else:
+        spec = parse_nvidia_smi_topo(text, gpu_model=gpu_model, nic_gbps=nic_gbps, source=source, name=name)
+    build_cluster(spec)  # refuse a description that does not load
+    return spec
