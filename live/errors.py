@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from traces.errors import CcltwinError
 
-class LiveError(ValueError):
+
+class LiveError(CcltwinError):
     """Live tuning cannot start (a bad argument, no time source on gloo) or go on (the flight
     recorder dropped calls, the plugin refused a rule); the message says why and what to do.
 

@@ -46,9 +46,9 @@ from live.observe import CommView, key_of
 from live.recommend import TaskSummary, summary, write
 from live.schedule import NCCL_DEFAULT, Fields, TaskKey, config_fields, install
 from live.trials import TaskTuning
+from tuner.config import ConfigError
 from tuner.knobs import Knob, changeable_knobs
 from tuner.plan import Plan, PlanError, load_plan
-from tuner.space import ConfigError
 from tuner.store import Store, StoreError
 
 __all__ = ["MODES", "Live", "Settings"]

@@ -28,12 +28,11 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from tuner.session import TuningResult, TuningSession
-
 from live.clock import TimeSource
 from live.schedule import NCCL_DEFAULT, Fields, TaskKey, config_fields
 from traces.task import Task
 from tuner.config import Config
+from tuner.session import TuningResult, TuningSession
 
 __all__ = ["TaskTuning"]
 
@@ -146,7 +145,7 @@ class TaskTuning:
         elif math.isfinite(reference) and time_us > self.fail_factor * reference:
             self._fail(i, f"it took {time_us:.1f} us, over {self.fail_factor:g} x NCCL's default ({reference:.1f} us)")
         else:
-            self.session.observe(self.config, time_us, comm=self.comm, timestamp=time.time())
+            self.session.observe(self.config, time_us, timestamp=time.time())
             self.changed = True
             self._propose(i)
 

@@ -67,7 +67,7 @@ def test_tuning_reaches_the_twins_optimum_of_the_live_space(runs):
             assert executor.true_time(task, best.config) <= 1.02 * optimum_us
             assert optimum_us < 0.97 * executor.true_time(task, default)  # there was something to gain
             trials = [m for m in store.history(task) if m.source == "live"]
-            assert 20 < len(trials) <= ITERATIONS and {m.comm for m in trials} == {"2x1#0"}
+            assert 20 < len(trials) <= ITERATIONS
     assert "tuning converged" in done.stderr and "allreduce 20800 B float32 2x1" in done.stdout
 
 
