@@ -32,6 +32,11 @@ class TimeSource(Protocol):
         """What NCCL runs for ``task`` with no rule."""
         ...
 
+    def ready(self, task: Task) -> bool:
+        """``facts`` and ``default_config`` can answer for ``task`` (on NCCL: once a call of it
+        that no rule touched has been timed)."""
+        ...
+
     def time_us(self, task: Task, config: Config, call: Any) -> float | None:
         """µs the call ``call`` (a plugin decision: key and occurrence) took running ``config``;
         ``inf`` if it failed, ``None`` while its time is not known (yet)."""
@@ -59,6 +64,9 @@ class ExecutorClock:
 
     def default_config(self, task: Task) -> Config:
         return self.executor.default_config(task)
+
+    def ready(self, task: Task) -> bool:
+        return True
 
     def time_us(self, task: Task, config: Config, call: Any) -> float | None:
         return self.executor.measure(task, config)

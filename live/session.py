@@ -233,7 +233,8 @@ class Live:
         for d in decisions:
             by_key[key_of(d)].append(d)
         for key in by_key:
-            if key not in tunings and self._tunable(key, view, tunings):
+            if key not in tunings and self._tunable(key, view, tunings) and self._source.ready(
+                    self._observer.task(key)):
                 tuning = self._open(i, key, view)
                 if tuning is not None:
                     tunings[key] = tuning
@@ -338,10 +339,16 @@ class Live:
             if not nccl:
                 raise LiveError(f"the job runs on {dist.get_backend()}, not NCCL: nothing to tune; CI passes a time "
                                 "source (live.enable(clock=TwinExecutor(...)))")
+            from live.nccl import report_once
             from live.nccl_source import NcclObserver, NcclSource
 
-            source = NcclSource(self._plugin)
-            self._observer = NcclObserver(self._plugin, source)
+            info = report_once()
+            if info.tuner_abi is None:
+                raise LiveError(info.summary())
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            source = NcclSource(self._plugin, info.version, sm_count=props.multi_processor_count,
+                                sm_version=props.major * 10 + props.minor)
+            self._observer = NcclObserver(self._plugin, source, say=self._say)
         else:
             self._observer = GlooObserver(self._plugin, source, local_world=local_world)
         self._source = source

@@ -121,6 +121,9 @@ class FaultyClock:
     def default_config(self, task):
         return self.executor.default_config(task)
 
+    def ready(self, task):
+        return True
+
     def time_us(self, task, config, call):
         key = (call.comm, call.op, call.nbytes, call.occurrence)
         first = key not in self.asked
@@ -191,7 +194,8 @@ def ddp(rank: int, world: int, port: int, folder: str, p: dict) -> None:
     clock = FaultyClock(twin_clock(p), **faults) if faults else twin_clock(p)
     losses = train(str(Path(folder) / "out"), p["iterations"], clock=clock, store=p["store"],
                    decision_log=str(Path(folder) / "decisions{rank}.jsonl"), deadline_s=p.get("deadline_s", 10.0),
-                   max_misses=p.get("max_misses", 3), max_wait=p.get("max_wait", 5), budget=p.get("budget"))
+                   max_misses=p.get("max_misses", 3), max_wait=p.get("max_wait", 5), budget=p.get("budget"),
+                   plan=p.get("plan"), mode=p.get("mode"))
     session = live.current()
     session.close()
     _write(folder, rank, {
@@ -206,7 +210,48 @@ def ddp(rank: int, world: int, port: int, folder: str, p: dict) -> None:
     dist.destroy_process_group()
 
 
-SCENARIOS = {"coordinator": coordinator, "ddp": ddp}
+def collectives(rank: int, world: int, port: int, folder: str, p: dict) -> None:
+    """Every way a job issues collectives, under live tuning: DDP's reducer, FSDP2, functional
+    collectives and plain ``dist.*`` on the world and on a subgroup, plus point-to-point and
+    AllToAll (which no tuner sees); ``live.step()`` ends each iteration."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    import live
+
+    _init(rank, world, port)
+    pair = dist.new_group([0, 1])
+    live.enable(clock=twin_clock(p), store=p["store"], decision_log=str(Path(folder) / "decisions{rank}.jsonl"),
+                budget=4, quiet=True)
+    torch.manual_seed(0)
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 16))
+    sharded = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 8))
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in sharded:
+        fully_shard(layer, mesh=mesh)
+    for _ in range(p["iterations"]):
+        ddp(torch.randn(4, 32)).sum().backward()
+        sharded(torch.randn(4, 16)).sum().backward()
+        funcol.wait_tensor(funcol.all_reduce(torch.ones(24), "sum", dist.group.WORLD))
+        if rank in (0, 1):
+            dist.all_gather_into_tensor(torch.zeros(2 * 40), torch.ones(40), group=pair)
+        dist.broadcast(torch.ones(12), src=0)
+        dist.all_to_all_single(torch.zeros(4 * world), torch.ones(4 * world))
+        if rank in (0, 1):
+            peer = 1 - rank
+            (dist.send if rank == 0 else dist.recv)(torch.ones(6), peer)
+        live.step()
+    live.current().close()
+    _write(folder, rank, {"groups": {name: dist.get_process_group_ranks(g) for g, name in
+                                     torch.distributed.distributed_c10d._world.pg_names.items()}})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+SCENARIOS = {"coordinator": coordinator, "ddp": ddp, "collectives": collectives}
 
 
 def _rank_main(rank: int, scenario: str, port: int, folder: str, params: dict) -> None:
