@@ -8,7 +8,15 @@ faults: a rank that sleeps past the deadline, a leader that stops publishing.
 
 from __future__ import annotations
 
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
 from launch import rank_results, run_job
+
+from live.schedule import Rule, TaskKey, rules_from_json, rules_to_json
+from traces.task import Op
+from tuner.config import Algo, Proto
 
 WORLD = 3
 
@@ -57,3 +65,11 @@ def test_a_leader_that_stops_leaves_the_last_committed_schedule_everywhere(tmp_p
         assert [o[1] for o in worker["outcomes"]][:6] == ["commit"] * 4 + ["abort", "abort"]
         assert len(worker["messages"]) == 1
     assert results[0]["applied"][-1] == results[0]["applied"][8]  # nothing changed after the last commit
+
+
+@given(st.lists(st.builds(
+    Rule, st.builds(TaskKey, st.integers(0, 2**64 - 1), st.sampled_from(list(Op)), st.integers(0, 2**64 - 1)),
+    st.integers(0, 2**63), st.tuples(st.none() | st.sampled_from(list(Algo)), st.none() | st.sampled_from(list(Proto)),
+                                     st.integers(0, 64), st.integers(0, 2**40)), st.integers(1, 2**32 - 1))))
+def test_rules_travel_through_the_store_unchanged(rules):
+    assert rules_from_json(json.loads(json.dumps(rules_to_json(rules)))) == rules
