@@ -166,7 +166,7 @@ class Live:
             for t in tunings.values():
                 t.settle(self.boundaries)
         self._save_states(force=True)
-        self._report()
+        self._report(closing=True)
         if self._log_file is not None:
             self._log_file.close()
         if self._store is not None:
@@ -402,20 +402,28 @@ class Live:
             self._log_file.write(json.dumps({f: _plain(getattr(d, f)) for f in DECISION_FIELDS}) + "\n")
         self._log_file.flush()
 
-    def _report(self) -> None:
-        """Leaders: the recommendation files and the summary of the tasks they led."""
+    def _report(self, *, closing: bool = False) -> None:
+        """Leaders: the recommendation files and the summary of the tasks they led (once more at
+        the end only if trials came since; then just what tuning cost after converging)."""
         tunings = [t for ts in self._tunings.values() for t in ts.values()]
         trials = sum(t.session.search.trials for t in tunings)
-        if not tunings or self._store is None or trials == self._reported_trials:
+        if not tunings or self._store is None:
+            return
+        if trials == self._reported_trials:
+            if closing and not self.settings.quiet:
+                print(f"ccltwin live: {self._overhead()}", flush=True)
             return
         self._reported_trials = trials
-        rows = [self._row(t) for t in tunings]
         try:
             rec = write(self._store, hardware=self.hardware, plan=self.settings.plan, title=f"live on {self.hardware}")
         except OSError as err:
             self._say(f"cannot write the recommendation next to {self.settings.store}: {err}")
             rec = None
-        text = summary(rows, hardware=self.hardware, overhead=self._overhead())
+        tuned = [t for t in tunings if t.result is not None or not t.done]
+        text = summary([self._row(t) for t in tuned], hardware=self.hardware, overhead=self._overhead())
+        if len(tuned) < len(tunings):
+            text += (f"\n{len(tunings) - len(tuned)} task(s) ran only before they could be tuned (start-up "
+                     "broadcasts, DDP's first buckets): NCCL's default")
         if rec is not None:
             text += f"\nnext launch: {rec.env} (per-process knobs) and {rec.tuner_csv} ({rec.winners} per-call winners)"
         if not self.settings.quiet:

@@ -93,9 +93,10 @@ class TaskTuning:
         self._waited = 0
 
     def settle(self, i: int) -> None:
-        """End tuning now (the task went stale, or tuning stops): keep the best so far, if any."""
+        """End tuning now (the task went stale, or tuning stops): keep the best so far if the
+        search measured more than NCCL's default, else leave the task to NCCL."""
         if not self.done:
-            self._finish(i)
+            self._finish(i, winner=self.session.search.trials > 1)
 
     def boundary(self, i: int, decisions: list[Any], source: TimeSource) -> None:
         """Boundary ``i``: take in this task's ``decisions`` since the last one, time the trial."""
@@ -171,8 +172,8 @@ class TaskTuning:
         self._waiting.clear()
         self._waited = 0
 
-    def _finish(self, i: int) -> None:
+    def _finish(self, i: int, *, winner: bool = True) -> None:
         self.done = True
         self.config = None
         self.converged_round = i
-        self.result = self.session.result() if self.session.search.best is not None else None
+        self.result = self.session.result() if winner and self.session.search.best is not None else None
