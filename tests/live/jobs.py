@@ -211,9 +211,10 @@ def ddp(rank: int, world: int, port: int, folder: str, p: dict) -> None:
 
 
 def collectives(rank: int, world: int, port: int, folder: str, p: dict) -> None:
-    """Every way a job issues collectives, under live tuning: DDP's reducer, FSDP2, functional
-    collectives and plain ``dist.*`` on the world and on a subgroup, plus point-to-point and
-    AllToAll (which no tuner sees); ``live.step()`` ends each iteration."""
+    """Every way a job issues collectives, under live tuning enabled (as a context manager) before
+    the process group exists: DDP's reducer, FSDP2, functional collectives and plain ``dist.*``
+    on the world and on a subgroup, plus point-to-point and AllToAll (which no tuner sees);
+    ``live.step()`` ends each iteration."""
     import torch
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
@@ -222,29 +223,28 @@ def collectives(rank: int, world: int, port: int, folder: str, p: dict) -> None:
 
     import live
 
-    _init(rank, world, port)
-    pair = dist.new_group([0, 1])
-    live.enable(clock=twin_clock(p), store=p["store"], decision_log=str(Path(folder) / "decisions{rank}.jsonl"),
-                budget=4, quiet=True)
-    torch.manual_seed(0)
-    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 16))
-    sharded = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 8))
-    mesh = init_device_mesh("cpu", (world,))
-    for layer in sharded:
-        fully_shard(layer, mesh=mesh)
-    for _ in range(p["iterations"]):
-        ddp(torch.randn(4, 32)).sum().backward()
-        sharded(torch.randn(4, 16)).sum().backward()
-        funcol.wait_tensor(funcol.all_reduce(torch.ones(24), "sum", dist.group.WORLD))
-        if rank in (0, 1):
-            dist.all_gather_into_tensor(torch.zeros(2 * 40), torch.ones(40), group=pair)
-        dist.broadcast(torch.ones(12), src=0)
-        dist.all_to_all_single(torch.zeros(4 * world), torch.ones(4 * world))
-        if rank in (0, 1):
-            peer = 1 - rank
-            (dist.send if rank == 0 else dist.recv)(torch.ones(6), peer)
-        live.step()
-    live.current().close()
+    with live.enable(clock=twin_clock(p), store=p["store"], budget=4, quiet=True,
+                     decision_log=str(Path(folder) / "decisions{rank}.jsonl")):  # before init_process_group
+        _init(rank, world, port)
+        pair = dist.new_group([0, 1])
+        torch.manual_seed(0)
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 16))
+        sharded = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 8))
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in sharded:
+            fully_shard(layer, mesh=mesh)
+        for _ in range(p["iterations"]):
+            ddp(torch.randn(4, 32)).sum().backward()
+            sharded(torch.randn(4, 16)).sum().backward()
+            funcol.wait_tensor(funcol.all_reduce(torch.ones(24), "sum", dist.group.WORLD))
+            if rank in (0, 1):
+                dist.all_gather_into_tensor(torch.zeros(2 * 40), torch.ones(40), group=pair)
+            dist.broadcast(torch.ones(12), src=0)
+            dist.all_to_all_single(torch.zeros(4 * world), torch.ones(4 * world))
+            if rank in (0, 1):
+                peer = 1 - rank
+                (dist.send if rank == 0 else dist.recv)(torch.ones(6), peer)
+            live.step()
     _write(folder, rank, {"groups": {name: dist.get_process_group_ranks(g) for g, name in
                                      torch.distributed.distributed_c10d._world.pg_names.items()}})
     dist.barrier()
