@@ -27,7 +27,8 @@ __all__ = ["current", "defaults", "enable", "step"]
 BUILTIN: dict[str, Any] = {
     "plan": None, "store": "ccltwin.db", "search": "ours", "budget": None, "mode": "tune", "clock": None,
     "hardware": None, "seed": 0, "min_bytes": 0, "deadline_s": 10.0, "max_misses": 3, "fail_factor": 10.0,
-    "max_wait": 5, "decision_log": None, "quiet": False,
+    "max_wait": 5, "decision_log": None, "quiet": False, "interference": 0.0,
+    "keep_open": False,
 }
 """Every option of ``enable`` and its value when nobody sets it."""
 ENVIRONMENT = {"plan": "CCLTWIN_LIVE_PLAN", "store": "CCLTWIN_LIVE_STORE", "mode": "CCLTWIN_LIVE_MODE"}
@@ -76,7 +77,10 @@ def enable(plan: Any = None, store: Any = None, search: str | None = None, budge
         rounds may be missed before tuning stops; ``fail_factor``, ``max_wait``: a trial slower
         than that many times NCCL's default, or without a time after that many boundaries,
         fails; ``decision_log``: ``path{rank}.jsonl`` where every rank appends each call's plugin
-        decision; ``quiet``: no messages, no summary.
+        decision; ``quiet``: no messages, no summary; ``interference``: the share of the GPU's SMs
+        the job's compute holds while collectives run, recorded with each measurement;
+        ``keep_open``: rounds go on after every task has a winner, for tasks that come later (the
+        benchmark's sizes, one after the other).
     """
     global _current, _enabled
     from live.errors import LiveError

@@ -78,6 +78,8 @@ class Settings:
     max_wait: int = 5
     decision_log: str | None = None
     quiet: bool = False
+    interference: float = 0.0
+    keep_open: bool = False
 
 
 @dataclass
@@ -162,15 +164,23 @@ class Live:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
-        for tunings in self._tunings.values():
-            for t in tunings.values():
-                t.settle(self.boundaries)
+        for t in self.tasks():
+            t.settle(self.boundaries)
         self._save_states(force=True)
         self._report(closing=True)
         if self._log_file is not None:
             self._log_file.close()
         if self._store is not None:
             self._store.close()
+
+    def time_source(self) -> TimeSource:
+        """Where this job's times come from (setting live tuning up now if no boundary has yet)."""
+        self._setup()
+        return self._source
+
+    def tasks(self) -> list[TaskTuning]:
+        """The tasks this rank leads, in the order it met them (empty on a rank that leads nothing)."""
+        return [t for ts in self._tunings.values() for t in ts.values()]
 
     # ---- one boundary -------------------------------------------------------------------------
 
@@ -250,7 +260,8 @@ class Live:
                     slower += time_us - reference
             self._sync(coord, t)
         quiet = i - self._last_new[view.comm] >= QUIET_BOUNDARIES
-        final = bool(tunings) and quiet and all(t.done or t.stale for t in tunings.values())
+        final = (not self.settings.keep_open and bool(tunings) and quiet
+                 and all(t.done or t.stale for t in tunings.values()))
         if final:
             for t in tunings.values():
                 t.settle(i)
@@ -277,7 +288,8 @@ class Live:
             else:
                 self._say(f"no winner for {task.op} {task.nbytes} B on {task.nranks} ranks ({task.group}) on "
                           f"{self.hardware} in {self.settings.store}: NCCL's default stays")
-        return 0.0, bool(applied) and i - self._last_new[view.comm] >= QUIET_BOUNDARIES
+        return 0.0, (not self.settings.keep_open and bool(applied)
+                     and i - self._last_new[view.comm] >= QUIET_BOUNDARIES)
 
     def _sync(self, coord: Coordinator, t: TaskTuning) -> None:
         """Start the trial of ``t`` when what it wants is what is committed (a repeat, or NCCL's
@@ -308,7 +320,8 @@ class Live:
         if session.resumed:
             self._say(f"{task.op} {task.nbytes} B on {view.label}: resumed with {session.resumed} trials")
         return TaskTuning(key, session, comm=view.label, chunk=self._chunk_per_call, first_round=i,
-                          fail_factor=self.settings.fail_factor, max_wait=self.settings.max_wait)
+                          fail_factor=self.settings.fail_factor, max_wait=self.settings.max_wait,
+                          interference=self.settings.interference)
 
     # ---- setup --------------------------------------------------------------------------------
 
@@ -378,7 +391,7 @@ class Live:
         return self._states
 
     def _save_states(self, *, force: bool = False) -> None:
-        changed = [t for ts in self._tunings.values() for t in ts.values() if t.changed or force]
+        changed = [t for t in self.tasks() if t.changed or force]
         if not changed:
             return
         states = self._states_file()
@@ -405,7 +418,7 @@ class Live:
     def _report(self, *, closing: bool = False) -> None:
         """Leaders: the recommendation files and the summary of the tasks they led (once more at
         the end only if trials came since; then just what tuning cost after converging)."""
-        tunings = [t for ts in self._tunings.values() for t in ts.values()]
+        tunings = self.tasks()
         trials = sum(t.session.search.trials for t in tunings)
         if not tunings or self._store is None:
             return
@@ -492,6 +505,8 @@ def settings_from(plan: str | os.PathLike | Plan | None, **kwargs: Any) -> Setti
         raise LiveError(f"budget is trials per task, at least 1; got {s.budget}")
     if s.mode == "apply" and not Path(s.store).is_file():
         raise LiveError(f"{s.store}: no such store to apply winners from")
+    if not 0.0 <= s.interference <= 1.0:
+        raise LiveError(f"interference is a share of the GPU's SMs, 0 to 1; got {s.interference}")
     if s.deadline_s <= 0 or s.max_misses < 1 or s.fail_factor <= 1 or s.max_wait < 1:
         raise LiveError("deadline_s must be > 0, max_misses and max_wait >= 1, fail_factor > 1")
     return s

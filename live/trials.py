@@ -17,7 +17,8 @@ Things go wrong in three ways, none of which stops the job:
 * **lost or late times**: the calls ran but no time came; the trial waits, taking a time from
   any later call that ran it, for ``max_wait`` boundaries, then counts as failed;
 * **stale**: no call of the task for ``stale_after`` boundaries (DDP's first-iteration buckets,
-  an evaluation-only collective): the task does not hold up the end of tuning.
+  an evaluation-only collective): the task wants its best config so far and does not hold up
+  the end of tuning; when its calls come back, its trial is committed and measured again.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class TaskTuning:
     """The leader's side of tuning one task (see the module docstring)."""
 
     def __init__(self, key: TaskKey, session: TuningSession, *, comm: str, chunk: bool, first_round: int,
-                 fail_factor: float = 10.0, max_wait: int = 5, stale_after: int = 3):
+                 fail_factor: float = 10.0, max_wait: int = 5, stale_after: int = 3, interference: float = 0.0):
         self.key = key
         self.session = session
         self.comm = comm
@@ -50,6 +51,8 @@ class TaskTuning:
         self.max_wait = max_wait
         self.stale_after = stale_after
         self.first_round = first_round
+        self.interference = interference
+        """Share of the GPU's SMs that compute held while the trials ran (recorded with each)."""
         self.converged_round: int | None = None
         self.result: TuningResult | None = None
         self.failed: list[tuple[Config, str]] = []
@@ -77,17 +80,22 @@ class TaskTuning:
 
     @property
     def fields(self) -> Fields:
-        """The rule fields the task wants committed now."""
+        """The rule fields the task wants committed now: the trial's; the winner once done; the
+        best so far while the task is stale (its trial resumes when its calls come back)."""
         if self.done:
             return self._fields(self.result.winner if self.result else None)
+        if self.stale:
+            best = self.session.search.best
+            return self._fields(best[0] if best else None)
         return self._fields(self.config)
 
     def _fields(self, config: Config | None) -> Fields:
         return NCCL_DEFAULT if config is None or config == self.session.default else config_fields(
             config, chunk=self.chunk)
 
-    def committed(self, version: int) -> None:
-        """The coordinator committed this task's wanted fields as rule ``version``."""
+    def committed(self, version: int | None) -> None:
+        """The coordinator committed this task's wanted fields as rule ``version`` (``None``: the
+        trial waits for its rule to be committed again)."""
         self.version = version
         self._waiting.clear()
         self._waited = 0
@@ -100,8 +108,14 @@ class TaskTuning:
 
     def boundary(self, i: int, decisions: list[Any], source: TimeSource) -> None:
         """Boundary ``i``: take in this task's ``decisions`` since the last one, time the trial."""
+        was_stale = self.stale
         self._idle = 0 if decisions else self._idle + 1
-        if self.done or self.version is None:
+        if self.done:
+            return
+        if was_stale and decisions:  # back: these calls ran the best so far; the trial runs again
+            self.committed(None)
+            return
+        if self.version is None:
             return
         if self.config is None:  # the fallback to NCCL's default is committed: next candidate
             self._propose(i)
@@ -146,7 +160,7 @@ class TaskTuning:
         elif math.isfinite(reference) and time_us > self.fail_factor * reference:
             self._fail(i, f"it took {time_us:.1f} us, over {self.fail_factor:g} x NCCL's default ({reference:.1f} us)")
         else:
-            self.session.observe(self.config, time_us, timestamp=time.time())
+            self.session.observe(self.config, time_us, timestamp=time.time(), interference=self.interference)
             self.changed = True
             self._propose(i)
 

@@ -201,9 +201,9 @@ def ddp(rank: int, world: int, port: int, folder: str, p: dict) -> None:
     _write(folder, rank, {
         "losses": losses, "stopped": session.stopped, "converged_at": session.converged_at,
         "hardware": session.hardware, "boundaries": session.boundaries,
-        "tunings": [_tuning_report(t) for ts in session._tunings.values() for t in ts.values()],
+        "tunings": [_tuning_report(t) for t in session.tasks()],
         "seconds": [s.seconds for s in session.stats], "withheld": getattr(clock, "withheld", 0),
-        "lost": sum(t.lost for ts in session._tunings.values() for t in ts.values()),
+        "lost": sum(t.lost for t in session.tasks()),
         "aborted": sum(c.aborted for c in session._coordinators.values()),
         "comm_stopped": [c.stopped for c in session._coordinators.values() if c.stopped]})
     dist.barrier()
@@ -251,7 +251,25 @@ def collectives(rank: int, world: int, port: int, folder: str, p: dict) -> None:
     dist.destroy_process_group()
 
 
-SCENARIOS = {"coordinator": coordinator, "ddp": ddp, "collectives": collectives}
+def bench(rank: int, world: int, port: int, folder: str, p: dict) -> None:
+    """``live.bench.run`` over a few collectives and sizes, the twin's executor as time source."""
+    import torch.distributed as dist
+
+    from live import bench as live_bench
+    from traces.task import Op
+
+    _init(rank, world, port)
+    rows = live_bench.run([Op(op) for op in p["ops"]], p["sizes"], iterations=p["iterations"], clock=twin_clock(p),
+                          store=p["store"], interference=p.get("interference", False))
+    _write(folder, rank, {"table": live_bench.table(rows), "rows": [
+        {"op": r.task.op.value, "nbytes": r.task.nbytes, "default_us": r.default_us, "tuned_us": r.tuned_us,
+         "winner": None if r.winner is None else str(r.winner), "interference": r.interference} for r in rows],
+        "measurements": [m.to_dict() for m in live_bench.measurements(rows)]})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+SCENARIOS = {"coordinator": coordinator, "ddp": ddp, "collectives": collectives, "bench": bench}
 
 
 def _rank_main(rank: int, scenario: str, port: int, folder: str, params: dict) -> None:

@@ -137,3 +137,22 @@ def test_a_task_that_stops_appearing_goes_stale_and_settles_on_its_best(twin, tm
     assert t.stale and not t.done
     t.settle(8)
     assert t.done and t.result.winner == t.session.search.best[0] and t.converged_round == 8
+
+
+def test_a_stale_task_runs_its_best_so_far_and_its_trial_resumes_when_it_comes_back(twin, tmp_path):
+    t, clock, _ = _tuning(twin, tmp_path)
+    driver = Driver(t, clock)
+    driver.run(6)
+    trial, trials = t.config, t.session.search.trials
+    for _ in range(3):
+        t.boundary(driver.i, [], clock)
+        driver.i += 1
+    best = t.session.search.best[0]
+    wanted = NCCL_DEFAULT if best == t.session.default else (best.algo, best.proto, best.nchannels, 0)
+    assert t.stale and t.fields == wanted != (trial.algo, trial.proto, trial.nchannels, 0)
+    driver.committed, driver.version = t.fields, driver.i
+    driver.run(1)  # the call came back, under the best so far: not a sample of the trial, which is committed again
+    assert not t.stale and t.session.search.trials == trials and t.config == trial
+    assert driver.committed == (trial.algo, trial.proto, trial.nchannels, 0) and t.version == driver.version
+    driver.run(200)
+    assert t.done and t.session.search.trials > trials
