@@ -208,6 +208,14 @@ class Coordinator:
             return True
         return False
 
+    def stop(self, reason: str) -> None:
+        """Stop tuning this communicator on every rank: each stops at its next round."""
+        if self.active:
+            try:
+                self._stop(reason)
+            except self.store_errors as err:
+                self.stopped = f"{reason}; the store could not tell the others ({err})".splitlines()[0]
+
     def _stop(self, reason: str, *, publish: bool = True) -> None:
         if publish:
             reason = self.store.compare_set(self._key("stop"), "", reason).decode()

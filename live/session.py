@@ -118,6 +118,7 @@ class Live:
         self._tunings: dict[int, dict[TaskKey, TaskTuning]] = defaultdict(dict)
         self._applied: dict[int, dict[TaskKey, Fields]] = defaultdict(dict)
         self._counts: dict[TaskKey, int] = {}
+        self._untuned: set[TaskKey] = set()
         self._last_new: dict[int, int] = {}
         self._said: set[str] = set()
         self._log_file: Any = None
@@ -243,8 +244,8 @@ class Live:
         for d in decisions:
             by_key[key_of(d)].append(d)
         for key in by_key:
-            if key not in tunings and self._tunable(key, view, tunings) and self._source.ready(
-                    self._observer.task(key)):
+            if (key not in tunings and key not in self._untuned and self._tunable(key, view, tunings)
+                    and self._source.ready(self._observer.task(key))):
                 tuning = self._open(i, key, view)
                 if tuning is not None:
                     tunings[key] = tuning
@@ -315,6 +316,7 @@ class Live:
                                    budget=self.settings.budget, plan=self.settings.plan, store=self._open_store(),
                                    saved=saved, log=self._say)
         except ConfigError as err:
+            self._untuned.add(key)
             self._say(f"{task.op} {task.nbytes} B on {view.label} is not tuned: {err}")
             return None
         if session.resumed:
@@ -472,8 +474,12 @@ class Live:
             print(f"ccltwin live: {message}", file=sys.stderr, flush=True)
 
     def _stop(self, reason: str) -> None:
+        """Stop tuning here, and tell the other ranks of each communicator (they stop at their next
+        round instead of waiting for this rank's acknowledgements)."""
         self.stopped = reason
         self._say(f"tuning stops: {reason}; the committed schedule stays in force and the job goes on")
+        for coord in self._coordinators.values():
+            coord.stop(f"rank {coord.rank} of the communicator stopped tuning ({reason})")
 
 
 def _mean_ms(seconds: list[float]) -> float:
