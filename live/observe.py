@@ -17,7 +17,6 @@ calls and AllToAll (NCCL runs them as point-to-point).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from live.clock import TimeSource
 from live.errors import LiveError
 from live.schedule import TaskKey, comm_id
 from traces.capture.issued import issued_from_entries
+from traces.capture.session import flight_recorder_entries
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Subspace
 from tuner.rules import CommFacts, subspace_problem
@@ -142,7 +142,7 @@ class GlooObserver:
     def poll(self) -> list[Any]:
         """The plugin's decisions for the calls issued since the last poll, in call order."""
         last = -1 if self._last_record is None else self._last_record
-        entries = sorted((e for e in _flight_recorder_entries() if e.get("record_id", -1) > last),
+        entries = sorted((e for e in flight_recorder_entries() if e.get("record_id", -1) > last),
                          key=lambda e: e["record_id"])
         if entries:
             lost = entries[0]["record_id"] - last - 1
@@ -196,13 +196,3 @@ def local_world_size() -> int:
     import torch.distributed as dist
 
     return int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
-
-
-def _flight_recorder_entries() -> list[dict[str, Any]]:
-    from torch._C import _distributed_c10d as c10d
-
-    dump = getattr(c10d, "_dump_fr_trace_json", None) or getattr(c10d, "_dump_nccl_trace_json", None)
-    if dump is None:
-        raise LiveError("this PyTorch has no flight recorder; live tuning on gloo needs PyTorch >= 2.6")
-    entries = json.loads(dump()).get("entries")
-    return entries if isinstance(entries, list) else []

@@ -46,6 +46,7 @@ from live.observe import CommView, key_of
 from live.recommend import TaskSummary, summary, write
 from live.schedule import NCCL_DEFAULT, Fields, TaskKey, config_fields, install
 from live.trials import TaskTuning
+from traces.errors import CcltwinError
 from tuner.config import ConfigError
 from tuner.knobs import Knob, changeable_knobs
 from tuner.plan import Plan, PlanError, load_plan
@@ -208,7 +209,7 @@ class Live:
             if self.converged_at is None and self._coordinators and not any(
                     c.active for c in self._coordinators.values()):
                 self.converged_at = i
-        except LiveError as err:
+        except CcltwinError as err:  # a LiveError, a store that fails, a flight recorder missing
             self._stop(str(err))
             self.converged_at = i
         self.stats.append(BoundaryStats(i, time.perf_counter() - started, calls, slower))

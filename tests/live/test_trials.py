@@ -108,10 +108,15 @@ def test_a_config_nccl_cannot_run_fails_falls_back_and_never_runs_again(twin, tm
     assert t.result.winner != tried
 
 
-def test_a_call_far_slower_than_the_default_counts_as_failed(twin, tmp_path):
-    probe, clock, _ = _tuning(twin, tmp_path / "probe")
+def _second_trial(twin, folder) -> tuple:
+    """(algo, proto, nchannels) of the search's second trial (its first after NCCL's default)."""
+    probe, clock, _ = _tuning(twin, folder)
     Driver(probe, clock).run(2)
-    slow = (probe.config.algo, probe.config.proto, probe.config.nchannels)
+    return probe.config.algo, probe.config.proto, probe.config.nchannels
+
+
+def test_a_call_far_slower_than_the_default_counts_as_failed(twin, tmp_path):
+    slow = _second_trial(twin, tmp_path / "probe")
     t, clock, store = _tuning(twin, tmp_path, Clock(twin, slow={slow}))
     Driver(t, clock).run(200)
     config, why = t.failed[0]
@@ -121,9 +126,7 @@ def test_a_call_far_slower_than_the_default_counts_as_failed(twin, tmp_path):
 
 
 def test_a_trial_whose_times_never_come_fails_after_max_wait(twin, tmp_path):
-    probe, clock, _ = _tuning(twin, tmp_path / "probe")
-    Driver(probe, clock).run(2)
-    silent = (probe.config.algo, probe.config.proto, probe.config.nchannels)
+    silent = _second_trial(twin, tmp_path / "probe")
     t, clock, _ = _tuning(twin, tmp_path, Clock(twin, silent={silent}))
     Driver(t, clock).run(200)
     assert t.failed[0][1] == "no time arrived for its calls in 3 boundaries" and t.lost == 4 and t.done
