@@ -61,8 +61,6 @@ class RoundResult:
     """``commit``, ``abort`` or ``none`` (nothing was proposed)."""
     installed: tuple[Rule, ...] = ()
     """Rules to install now (committed in this round)."""
-    late: tuple[int, ...] = ()
-    """Leader only: communicator ranks that did not acknowledge in time or had passed a rule."""
 
 
 class Coordinator:
@@ -159,7 +157,7 @@ class Coordinator:
         if self._misses >= self.max_misses:
             who = ", ".join(map(str, late)) or "a worker"
             self._stop(f"rank(s) {who} of the communicator did not acknowledge {self._misses} rounds in a row")
-        return RoundResult(i, ABORT, late=tuple(late))
+        return RoundResult(i, ABORT)
 
     def _follow(self, i: int, counts: Mapping[TaskKey, int]) -> RoundResult:
         published = self._wait_each([self._key("r", i)], self.deadline_s)

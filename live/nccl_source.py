@@ -76,7 +76,8 @@ class NcclSource:
         """Take in the decisions of a boundary (NCCL's choices where no rule applied, its tables)."""
         for d in decisions:
             key = key_of(d)
-            self._available.setdefault(key, d.available)
+            if key not in self._available:
+                self._available[key] = d.available
             if d.version == 0 and key not in self._first:
                 self._first[key] = (d, None)
         self._drain()
@@ -148,6 +149,11 @@ class NcclObserver:
         self.say = say
         self.views = Views()
 
+    def quiet(self) -> bool:
+        """No communicator appeared since the last poll (a converged job need not drain the log)."""
+        return all(info.comm in self.views.by_comm or not info.comm or info.nranks < 2 or info.rank < 0
+                   for info in self.plugin.comms())
+
     def poll(self) -> list[Any]:
         for info in self.plugin.comms():
             if info.comm and info.nranks > 1 and info.comm not in self.views.by_comm:
@@ -158,8 +164,7 @@ class NcclObserver:
                 self.views.add(info.comm, nranks=info.nranks, rank=info.rank, nnodes=max(info.nnodes, 1))
         decisions = [d for d in self.plugin.drain_decisions() if d.op is not None and d.comm in self.views.by_comm]
         self.source.note(decisions)
-        for d in decisions:
-            key = key_of(d)
+        for key in {key_of(d) for d in decisions}:
             self.source.bind(self.task(key), key)
         return decisions
 

@@ -139,6 +139,10 @@ class GlooObserver:
     def task(self, key: TaskKey) -> Task:
         return task_of(key, self.views.by_comm[key.comm], self.dtypes.get(key, "float32"))
 
+    def quiet(self) -> bool:
+        """Nothing needs reading once tuning converged: on gloo no NCCL runs what the plugin decides."""
+        return True
+
     def poll(self) -> list[Any]:
         """The plugin's decisions for the calls issued since the last poll, in call order."""
         last = -1 if self._last_record is None else self._last_record

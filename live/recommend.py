@@ -67,8 +67,8 @@ def summary(rows: Iterable[TaskSummary], *, hardware: str, overhead: str = "") -
 
     >>> print(summary([TaskSummary("allreduce 1024 B", 10.0, 8.0, "ring/ll nc=2", 12, 14, 0)], hardware="x:2x1"))
     ccltwin live on x:2x1
-    task                                  default us   tuned us  speedup  trials  iters  failed  winner
-    allreduce 1024 B                           10.00       8.00    1.25x      12     14       0  ring/ll nc=2
+    task                                   default us   tuned us  speedup  trials  iters  failed  winner
+    allreduce 1024 B                            10.00       8.00    1.25x      12     14       0  ring/ll nc=2
     """
     lines = [f"ccltwin live on {hardware}",
              f"{'task':<36} {'default us':>12} {'tuned us':>10} {'speedup':>8} {'trials':>7} {'iters':>6} "

@@ -196,6 +196,9 @@ class Live:
         calls = 0
         try:
             self._setup()
+            if self.converged_at is not None and self.settings.decision_log is None and self._observer.quiet():
+                self.stats.append(BoundaryStats(i, time.perf_counter() - started, 0, 0.0))
+                return  # converged: the plugin applies the final schedule; nothing to read
             decisions = self._observer.poll()
             calls = len(decisions)
             self._log_decisions(decisions)
