@@ -9,6 +9,8 @@ from launch import rank_results, run_job
 from traces.task import Op
 from tuner.measurement import Measurement
 from tuner.store import Store
+from twin.executor import TwinExecutor
+from twin.topology import load_cluster
 
 OPS = ("allreduce", "allgather", "broadcast", "alltoall")
 SIZES = [4096, 1 << 20]
@@ -28,10 +30,12 @@ def test_the_bench_tables_default_against_tuned_and_its_rows_import_into_the_sto
         else:
             assert r["winner"] is not None and r["tuned_us"] <= r["default_us"]
     assert rows[("allreduce", 1 << 20)]["tuned_us"] < 0.9 * rows[("allreduce", 1 << 20)]["default_us"]
+    hardware = TwinExecutor(load_cluster("dgx-h100", nodes=1)).hardware  # the time source's cluster identity
     for op in OPS:
-        assert f"#  {op} on 2 ranks (twin:dgx-h100, NCCL 2.28.9), GEMM beside it" in result["table"]
+        assert f"#  {op} on 2 ranks ({hardware}, NCCL 2.28.9), GEMM beside it" in result["table"]
     measured = [Measurement.from_dict(m) for m in result["measurements"]]
     assert len(measured) == 2 * 3 * len(SIZES) + len(SIZES) and {m.interference for m in measured} == {1.0}
+    assert {m.hardware for m in measured} == {hardware}
     with Store(tmp_path / "imported.db") as store:
         store.add_many(measured)
         assert store.count() == len(measured)
