@@ -157,7 +157,7 @@ class Capture:
         import torch
         from torch.autograd.profiler import profile
 
-        self._last_record = max((e.get("record_id", -1) for e in _flight_recorder_entries()), default=-1)
+        self._last_record = max((e.get("record_id", -1) for e in flight_recorder_entries()), default=-1)
         # torch.autograd.profiler rather than torch.profiler: the same Kineto profiler, without
         # torch.profiler's import of the compiler stack (seconds) when it starts
         self._profiler = profile(
@@ -172,7 +172,7 @@ class Capture:
 
     def _drain_flight_recorder(self) -> None:
         """Keep the entries recorded since the last look, and count those the ring buffer dropped."""
-        new = [e for e in _flight_recorder_entries() if e.get("record_id", -1) > self._last_record]
+        new = [e for e in flight_recorder_entries() if e.get("record_id", -1) > self._last_record]
         if not new:
             return
         new.sort(key=lambda e: e["record_id"])
@@ -289,7 +289,7 @@ def _process_groups() -> dict[str, ProcessGroup]:
     return groups
 
 
-def _flight_recorder_entries() -> list[dict[str, Any]]:
+def flight_recorder_entries() -> list[dict[str, Any]]:
     """The entries now in PyTorch's flight recorder (all backends)."""
     from torch._C import _distributed_c10d as c10d
 
