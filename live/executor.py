@@ -18,8 +18,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tuner.session import TuningSession, search_for
-
 from live.clock import TimeSource
 from live.errors import LiveError
 from traces.task import Task
@@ -31,6 +29,7 @@ from tuner.knobs import Tier
 from tuner.plan import Plan
 from tuner.rules import CommFacts
 from tuner.search import USES_WARM_START, SearchStateError, resume
+from tuner.session import TuningSession, search_for
 from tuner.store import Store
 
 __all__ = ["LiveExecutor", "SearchStates", "open_session"]
