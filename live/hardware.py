@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from tuner.identity import cluster_identity
 from tuner.plan import Plan
 
 __all__ = ["job_hardware"]
@@ -31,4 +32,4 @@ def job_hardware(*, hardware: str | None, source_hardware: str, plan: Plan | Non
     if plan is not None:
         return plan.cluster
     name = re.sub(r"[^a-z0-9]+", "-", (device_name or "cpu").lower()).strip("-")
-    return f"{name}:{local_world}x{max(world // local_world, 1)}"
+    return cluster_identity(name, nodes=max(world // local_world, 1), gpus_per_node=local_world)

@@ -52,14 +52,3 @@ def test_importing_live_pulls_in_neither_the_twin_nor_simpy_nor_torch():
             "print(light, sorted({m.split('.')[0] for m in sys.modules} & {'twin', 'simpy'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=job_env(), check=True)
     assert done.stdout.split() == ["[]", "[]"]
-
-
-def test_the_examples_in_live_core_docstrings_run():
-    import doctest
-
-    import live
-    from live import bench, clock, coordinator, executor, hardware, nccl_source, observe, recommend, schedule, session
-
-    for module in (live, bench, clock, coordinator, executor, hardware, nccl_source, observe, recommend, schedule,
-                   session):
-        assert doctest.testmod(module).failed == 0, module.__name__

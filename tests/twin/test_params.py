@@ -9,7 +9,6 @@ ranking, the twin executor, and compute timing.  The default parameters reproduc
 from __future__ import annotations
 
 import dataclasses
-import doctest
 import json
 import math
 import re
@@ -19,8 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import twin.params as twin_params
-import twin.profile as twin_profile
 from tests.testdata import DATA
 from traces.errors import CcltwinError
 from traces.examples import path
@@ -431,9 +428,3 @@ def test_bad_profiles_get_one_line_naming_the_file(tmp_path, text, problem):
 def test_a_missing_profile_is_named(tmp_path):
     with pytest.raises(ParamsError, match=r"nope.json: cannot read the profile \(No such file or directory\)"):
         load_profile(tmp_path / "nope.json")
-
-
-def test_docstring_examples_run():
-    """The examples in twin.params and twin.profile hold."""
-    for module in (twin_params, twin_profile):
-        assert doctest.testmod(module).failed == 0
