@@ -46,14 +46,18 @@ DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "flo
 """``ncclDataType_t`` 0..11 (``nccl.h``), by the names :class:`traces.task.Task` uses."""
 
 
+_ALGOS = tuple(Algo)
+_PROTOS = tuple(Proto)
+
+
 def algo_of(index: int) -> Algo | None:
     """``NCCL_ALGO_*`` index to :class:`Algo`; ``None`` for -1 (none, or NCCL's own choice)."""
-    return list(Algo)[index] if 0 <= index < len(Algo) else None
+    return _ALGOS[index] if 0 <= index < len(_ALGOS) else None
 
 
 def proto_of(index: int) -> Proto | None:
     """``NCCL_PROTO_*`` index to :class:`Proto`; ``None`` for -1."""
-    return list(Proto)[index] if 0 <= index < len(Proto) else None
+    return _PROTOS[index] if 0 <= index < len(_PROTOS) else None
 
 
 class _CommStruct(ctypes.Structure):
