@@ -25,7 +25,6 @@ def dashboard(
     """Serve the dashboard until Ctrl-C (docs/dashboards.md)."""
     if engine not in ("local", "ray"):
         raise CcltwinError(f"--engine {engine}: expected local or ray")
-    from dashboards.app import serve  # dash loads only for this command
+    from dashboards.app import serve  # dash loads only for this command (it prints where it listens)
 
-    typer.echo(f"ccltwin dashboard on http://{host}:{port} (Ctrl-C stops it)", err=True)
     serve(store=store, profile=profile, port=port, host=host, engine=engine)
