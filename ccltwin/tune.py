@@ -6,7 +6,9 @@
 
 Each task is one tuning session (``tuner.session``). With ``--store`` every trial is recorded
 (source ``twin``), and a rerun resumes from the stored trials the search would propose instead of
-measuring them again, so tuning goes on where it stopped.
+measuring them again, so tuning goes on where it stopped. Live tuning cannot be run from here: its
+measurements are the calls of a running job (``live.enable()`` in the job, or ``ccltwin bench``
+under torchrun); ``--executor live`` says so.
 """
 
 from __future__ import annotations
@@ -31,10 +33,17 @@ from twin.executor import TwinExecutor
 from twin.placement import cluster_for, trace_tasks
 from twin.topology import load_cluster
 
+LIVE_HOWTO = ("--executor live: live tuning times a running job's own calls, so it runs inside the job, not from "
+              "this command: add `live.enable()` to the training script and launch it as usual (docs/live.md), or "
+              "benchmark collectives with `torchrun --nproc-per-node N -m ccltwin bench`; then `ccltwin store "
+              "export` writes the winners")
+
 
 def tune(
     topology: Annotated[str, typer.Option(help="Preset name or cluster YAML file.")],
-    executor: Annotated[str, typer.Option(help="What measures: twin (the model, with noise).")] = "twin",
+    executor: Annotated[str, typer.Option(
+        help="What measures: twin (the model, with noise); live tuning runs inside the job (--executor live: how).")
+    ] = "twin",
     trace: Annotated[Path | None, typer.Option(help="Tune every task of this trace (≥ --min-size).")] = None,
     op: Annotated[str | None, typer.Option(help="One task: the collective.")] = None,
     nbytes: Annotated[str | None, typer.Option(help="One task: nccl-tests' size, e.g. 64MiB.")] = None,
@@ -54,8 +63,11 @@ def tune(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per task.")] = False,
 ) -> None:
     """Tune NCCL configs per task with a search algorithm; print each trajectory and winner."""
+    if executor == "live":
+        raise CcltwinError(LIVE_HOWTO)
     if executor != "twin":
-        raise CcltwinError(f"--executor {executor}: only the twin executor runs here (live tuning runs inside a job)")
+        raise CcltwinError(f"--executor {executor}: expected twin (live tuning runs inside a job: --executor live "
+                           "says how)")
     if search not in SEARCHES:
         raise CcltwinError(f"--search {search}: expected one of {', '.join(SEARCHES)}")
     if (trace is None) == (op is None):
