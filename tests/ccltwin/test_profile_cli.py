@@ -4,14 +4,17 @@ output says which constants it was predicted with; a bad profile is one line and
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from ccltwin import app
+from tuner.plan import load_plan
 from twin.params import DEFAULT_PARAMS
 from twin.profile import ProfileMeta, save_profile
 
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 SIMULATE = ["simulate", "--topology", "dgx-h100", "--op", "allreduce", "--nranks", "8", "--sizes", "256MiB"]
 
@@ -83,3 +86,19 @@ def test_a_bad_profile_is_one_line_naming_the_file_and_exit_2(tmp_path, text, pr
 def test_a_missing_profile_is_an_error_naming_it(tmp_path):
     result = runner.invoke(app, [*SIMULATE, "--profile", str(tmp_path / "absent.json")])
     assert result.exit_code == 2 and "absent.json" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_rank_predicts_with_the_profile_and_says_so(slow_nvlink, tmp_path):
+    trace = ROOT / "traces" / "examples" / "phi2-tp8dp4.json.gz"
+    times = {}
+    for name, extra in (("default", []), ("slow", ["--profile", str(slow_nvlink)])):
+        plan = tmp_path / f"{name}.json"
+        result = runner.invoke(app, ["rank", "--trace", str(trace), "--topology", "dgx-h100", "-o", str(plan),
+                                     *extra])
+        assert result.exit_code == 0, result.output
+        header = result.stdout.splitlines()[0]
+        assert (f"profile {slow_nvlink}; predicted" if extra else "default constants; predicted") in header
+        times[name] = [e.best.time_us for e in load_plan(plan).entries]
+    assert len(times["slow"]) == len(times["default"]) > 0
+    assert all(s >= d for s, d in zip(times["slow"], times["default"], strict=True))
+    assert max(s / d for s, d in zip(times["slow"], times["default"], strict=True)) > 1.2
