@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from live import bench as live_bench
 from traces.errors import CcltwinError
 from traces.task import parse_op
 from traces.units import parse_size_range
@@ -28,8 +29,7 @@ LAUNCH = "torchrun --nproc-per-node N -m ccltwin bench ..."
 
 
 def bench(
-    ops: Annotated[str, typer.Option(help="Collectives, comma separated.")] =
-        "allreduce,allgather,reducescatter,broadcast,alltoall",
+    ops: Annotated[str, typer.Option(help="Collectives, comma separated.")] = ",".join(map(str, live_bench.BENCH_OPS)),
     sizes: Annotated[str, typer.Option(help="MIN:MAX[:FACTOR] or a comma list, as nccl-tests' -b/-e/-f.")
                      ] = "1KiB:64MiB:16",
     iterations: Annotated[int, typer.Option(min=8, help="Iterations per collective and size (NCCL's default "
@@ -48,8 +48,6 @@ def bench(
     the_sizes = parse_size_range(sizes)
     import torch  # only this command needs torch
     import torch.distributed as dist
-
-    from live import bench as live_bench
 
     if not dist.is_initialized():
         if torch.cuda.is_available():
