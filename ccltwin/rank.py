@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from ccltwin.profiles import ProfileOption, params_of
 from traces.trace_file import check_writable, load_trace
 from tuner.export import write_env, write_tuner_csv
 from tuner.knobs import DEFAULT_NCCL_VERSION
@@ -62,6 +63,7 @@ def rank(
     env: Annotated[Path | None, typer.Option(help="Also write the per-process NCCL_* settings here.")] = None,
     csv: Annotated[Path | None, typer.Option(
         help="Also write the predicted best config per task as NCCL's example tuner plugin rules.")] = None,
+    profile: ProfileOption = None,
 ) -> None:
     """Rank NCCL's subspaces for every task of a trace and write the warm-start plan."""
     if max_channels is not None and max_channels < 1:
@@ -70,14 +72,15 @@ def rank(
         if path is not None:
             check_writable(path, what)
     version = _version(nccl_version)
+    params, constants = params_of(profile)
     workload = load_trace(trace)
     cluster = cluster_for(workload, topology, nodes=nodes, gpus_per_node=gpus_per_node,
                           nics_per_node=nics_per_node, nic_gbps=nic_gbps)
-    ranking = rank_trace(workload, cluster, nccl_version=version, max_channels=max_channels)
+    ranking = rank_trace(workload, cluster, nccl_version=version, max_channels=max_channels, params=params)
     plan, process = ranking.plan, ranking.process
     save_plan(plan, output)
-    typer.echo(f"# ccltwin rank: {len(plan.entries)} tasks of {trace} on {plan.cluster}, NCCL {plan.nccl_version}; "
-               "predicted, not measured")
+    typer.echo(f"# ccltwin rank: {len(plan.entries)} tasks of {trace} on {plan.cluster}, NCCL {plan.nccl_version}, "
+               f"{constants}; predicted, not measured")
     typer.echo("# " + HEADER)
     for entry in plan.entries:
         typer.echo("  " + _row(entry))

@@ -6,7 +6,9 @@
 
 Each task is one tuning session (``tuner.session``). With ``--store`` every trial is recorded
 (source ``twin``), and a rerun resumes from the stored trials the search would propose instead of
-measuring them again, so tuning goes on where it stopped.
+measuring them again, so tuning goes on where it stopped. Live tuning cannot be run from here: its
+measurements are the calls of a running job (``live.enable()`` in the job, or ``ccltwin bench``
+under torchrun); ``--executor live`` says so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Annotated
 
 import typer
 
+from ccltwin.profiles import ProfileOption, params_of
 from traces.errors import CcltwinError
 from traces.task import Task, parse_op
 from traces.trace_file import load_trace
@@ -30,10 +33,17 @@ from twin.executor import TwinExecutor
 from twin.placement import cluster_for, trace_tasks
 from twin.topology import load_cluster
 
+LIVE_HOWTO = ("--executor live: live tuning times a running job's own calls, so it runs inside the job, not from "
+              "this command: add `live.enable()` to the training script and launch it as usual (docs/live.md), or "
+              "benchmark collectives with `torchrun --nproc-per-node N -m ccltwin bench`; then `ccltwin store "
+              "export` writes the winners")
+
 
 def tune(
     topology: Annotated[str, typer.Option(help="Preset name or cluster YAML file.")],
-    executor: Annotated[str, typer.Option(help="What measures: twin (the model, with noise).")] = "twin",
+    executor: Annotated[str, typer.Option(
+        help="What measures: twin (the model, with noise); live tuning runs inside the job (--executor live: how).")
+    ] = "twin",
     trace: Annotated[Path | None, typer.Option(help="Tune every task of this trace (≥ --min-size).")] = None,
     op: Annotated[str | None, typer.Option(help="One task: the collective.")] = None,
     nbytes: Annotated[str | None, typer.Option(help="One task: nccl-tests' size, e.g. 64MiB.")] = None,
@@ -49,27 +59,32 @@ def tune(
     seed: Annotated[int, typer.Option(min=0, help="Seed of the search and of the twin's noise.")] = 0,
     max_trials: Annotated[int | None, typer.Option(min=1, help="Stop each task's search after this many trials.")
                           ] = None,
+    profile: ProfileOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per task.")] = False,
 ) -> None:
     """Tune NCCL configs per task with a search algorithm; print each trajectory and winner."""
+    if executor == "live":
+        raise CcltwinError(LIVE_HOWTO)
     if executor != "twin":
-        raise CcltwinError(f"--executor {executor}: only the twin executor runs here (live tuning runs inside a job)")
+        raise CcltwinError(f"--executor {executor}: expected twin (live tuning runs inside a job: --executor live "
+                           "says how)")
     if search not in SEARCHES:
         raise CcltwinError(f"--search {search}: expected one of {', '.join(SEARCHES)}")
     if (trace is None) == (op is None):
         raise CcltwinError("give either --trace or --op/--nbytes/--nranks")
     echo = (lambda _line: None) if as_json else typer.echo
+    params, constants = params_of(profile)
     if trace is not None:
         loaded = load_trace(trace)
         cluster = cluster_for(loaded, topology, nodes=nodes, gpus_per_node=gpus_per_node)
-        runner = TwinExecutor(cluster, noise=noise, seed=seed)
+        runner = TwinExecutor(cluster, noise=noise, seed=seed, params=params)
         floor = parse_size(min_size)
         tasks = [(n, t) for n, t, _ in trace_tasks(loaded, cluster) if t.nbytes >= floor]
         if not tasks:
             typer.echo(f"note: no task of {trace} moves at least {min_size}; nothing to tune", err=True)
     else:
         cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node)
-        runner = TwinExecutor(cluster, noise=noise, seed=seed)
+        runner = TwinExecutor(cluster, noise=noise, seed=seed, params=params)
         if nbytes is None or nranks is None:
             raise CcltwinError("--op needs --nbytes and --nranks")
         size = parse_size(nbytes)
@@ -80,8 +95,8 @@ def tune(
     plan = load_plan(warm_start) if warm_start is not None else None
     db = Store(store) if store is not None else None
     try:
-        echo(f"# ccltwin tune: {search} on {cluster.label}, twin executor with {noise:.0%} noise, seed {seed}; "
-             "predicted, not measured")
+        echo(f"# ccltwin tune: {search} on {cluster.label}, twin executor with {noise:.0%} noise, seed {seed}, "
+             f"{constants}; predicted, not measured")
         if plan is not None and plan.cluster != cluster.identity:
             typer.echo(f"note: {warm_start} was ranked on {plan.cluster}, not on {cluster.identity}: its order and "
                        "starting points may not fit", err=True)

@@ -3,6 +3,10 @@
     ccltwin whatif                                        # bundled example trace on two presets
     ccltwin whatif --trace job.json --topology dgx-h100 --topology mybox.yaml --nodes 4 --json
     ccltwin whatif -o report.md                           # also write a Markdown report
+    ccltwin whatif --html whatif-report.html              # and/or the figures as one offline HTML file
+
+The clusters are replayed in parallel (``--engine local``: processes here; ``ray``: on Ray) with a
+progress bar on stderr for long runs (none under ``--json``).
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ from typing import Annotated
 
 import typer
 
+from ccltwin.profiles import ProfileOption, params_of
 from traces.errors import CcltwinError
 from traces.examples import default_trace
 from traces.trace_file import check_writable, load_trace, write_atomic
-from twin.whatif import Candidate, what_if
+from twin.whatif import Candidate
 from twin.whatif_format import format_markdown, format_text
 
 DEFAULT_TOPOLOGIES = ("dgx-h100", "dgx-a100")
+ENGINES = ("local", "ray")
 
 
 def _per_topology(values: list | None, count: int, option: str) -> list:
@@ -46,6 +52,11 @@ def whatif(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Also write the report: .md or .json.")
                       ] = None,
+    html: Annotated[Path | None, typer.Option(help="Also write the report and its figures as one offline HTML file.")
+                    ] = None,
+    engine: Annotated[str, typer.Option(help="Where the clusters are replayed: local (processes) or ray.")
+                      ] = "local",
+    profile: ProfileOption = None,
 ) -> None:
     """Replay a training trace on candidate clusters: iteration time, communication share, per-task
     bus bandwidth and cost, with NCCL's default configuration and with the best one found."""
@@ -59,13 +70,29 @@ def whatif(
     if any(p is not None and p < 0 for p in prices):
         raise CcltwinError("--price-per-gpu-hour must be at least 0")
     path, name = (trace, trace.name.removesuffix(".gz").removesuffix(".json")) if trace else default_trace()
+    if engine not in ENGINES:
+        raise CcltwinError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     if output is not None:
         check_writable(output, "report")
+    if html is not None:
+        check_writable(html, "HTML report")
+    params, constants = params_of(profile)
     workload = load_trace(path)
+    # dashboards (plotly, dash) load only for the commands that use them: every other command starts faster.
+    from dashboards.progress import progress_bar
+    from dashboards.report import write_html
+    from dashboards.studies import whatif_report
+
     candidates = [Candidate(t, n, p) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
-    report = what_if(workload, candidates, tuned=tuned, name=name)
+    with progress_bar("replaying clusters", quiet=as_json) as update:
+        report = whatif_report(workload, candidates, tuned=tuned, name=name, engine=engine, params=params,
+                               on_progress=update)
     document = json.dumps(report.as_dict(), indent=1)
-    typer.echo(document if as_json else format_text(report), nl=as_json)
+    typer.echo(document if as_json else format_text(report, constants=constants), nl=as_json)
     if output is not None:
-        write_atomic(output, [document + "\n" if output.suffix == ".json" else format_markdown(report)])
+        text = document + "\n" if output.suffix == ".json" else format_markdown(report, constants=constants)
+        write_atomic(output, [text])
         typer.echo(f"wrote {output}", err=True)
+    if html is not None:
+        write_html(report, html, constants=constants)
+        typer.echo(f"wrote {html} (open it in a browser; it needs no network)", err=True)

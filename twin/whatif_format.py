@@ -93,8 +93,9 @@ def _footnotes(report: WhatIfReport) -> list[str]:
     return lines
 
 
-def format_text(report: WhatIfReport) -> str:
-    lines = [f"# ccltwin whatif: {headline(report)}; predicted, not measured", ""]
+def format_text(report: WhatIfReport, *, constants: str = "default constants") -> str:
+    """The report as the terminal shows it; ``constants`` names the twin parameters it was predicted with."""
+    lines = [f"# ccltwin whatif: {headline(report)}; {constants}; predicted, not measured", ""]
     lines += _table(SUMMARY_HEADER, [_summary_cells(c) for c in report.clusters], markdown=False)
     for c in report.clusters:
         lines += ["", f"## {c.cluster}: per task (time per call and busbw as replayed, links shared)"]
@@ -103,9 +104,11 @@ def format_text(report: WhatIfReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_markdown(report: WhatIfReport) -> str:
+def format_markdown(report: WhatIfReport, *, constants: str = "default constants") -> str:
+    """The report as a Markdown document; ``constants`` as in ``format_text``."""
     lines = [f"# What-if report: {report.trace_name}", "",
-             f"Predicted by the ccltwin twin (SimPy replay of the whole trace), not measured: {headline(report)}.",
+             f"Predicted by the ccltwin twin (SimPy replay of the whole trace, {constants}), not measured: "
+             f"{headline(report)}.",
              "", "## Clusters", ""]
     lines += _table(SUMMARY_HEADER, [_summary_cells(c) for c in report.clusters], markdown=True)
     lines += ["", "*comm share*: share of the iteration during which NCCL kernels run; *exposed comm*: share that "

@@ -81,7 +81,10 @@ def test_trace_tunes_each_task_above_the_size_floor():
 
 def test_errors_are_one_line_with_exit_code_2():
     for args, message in [
-        (("tune", "--topology", "a40-pcie", "--executor", "live", "--op", "allreduce"), "only the twin executor"),
+        (("tune", "--topology", "a40-pcie", "--executor", "live", "--op", "allreduce"),
+         "add `live.enable()` to the training script"),
+        (("tune", "--topology", "a40-pcie", "--executor", "live"), "torchrun --nproc-per-node N -m ccltwin bench"),
+        (("tune", "--topology", "a40-pcie", "--executor", "gpu"), "--executor gpu: expected twin"),
         (("tune", "--topology", "a40-pcie", "--op", "allreduce"), "--op needs --nbytes and --nranks"),
         (("tune", "--topology", "a40-pcie"), "give either --trace or --op"),
         ((*ONE_TASK, "--search", "annealing"), "expected one of autoccl"),
