@@ -14,6 +14,7 @@ import math
 import os
 import stat
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from os import PathLike
 from pathlib import Path
@@ -44,7 +45,8 @@ def load_trace(path: str | PathLike[str]) -> Trace:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as file:
             doc = json.load(file)
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, RecursionError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, RecursionError,
+            zlib.error) as err:
         raise TraceError(f"not a readable trace JSON file ({err})", path) from None
     except OSError as err:
         raise TraceError(f"cannot read the trace ({err.strerror or err})", path) from None
