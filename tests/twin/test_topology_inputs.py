@@ -67,3 +67,17 @@ def test_deep_nccl_xml_is_an_error_not_a_recursion_error(tmp_path):
     real = DATA / "topology" / "nccl-xml" / "azure-ndv5-topo.xml"
     argv = ["topology", "import", str(real), "--nic-gbps", "400", "--gpu-model", "h100"]
     assert runner.invoke(app, argv).exit_code == 0
+
+
+def test_an_asymmetric_nvidia_smi_matrix_is_an_error_naming_the_pair(tmp_path):
+    real = DATA / "topology" / "nvidia-smi" / "warpem-106-l40s.txt"
+    lines = real.read_text().splitlines(keepends=True)
+    row = next(i for i, line in enumerate(lines) if line.startswith("GPU0") and " X " in line)
+    cells = lines[row].split()
+    assert cells[2] != "SYS"
+    lines[row] = lines[row].replace(cells[2], "SYS" if cells[2] != "SYS" else "PIX", 1)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("".join(lines))
+    result = runner.invoke(app, ["topology", "import", str(bad), "--gpu-model", "l40s", "--nic-gbps", "100"])
+    assert result.exit_code == 2 and f"error: {bad}: the matrix is not symmetric: GPU1-GPU0 is" in result.output, \
+        result.output
