@@ -158,12 +158,21 @@ class Store:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.create_function("identity", 1, normalise_identity, deterministic=True)
             self._check_schema()
-        except sqlite3.DatabaseError as err:
+            if not create and not self.created:
+                self._check_integrity()
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # SQLite decodes damaged text as UTF-8
             self._db.close()
             raise self._damage(err) from None
         except StoreError:
             self._db.close()
             raise
+
+    def _check_integrity(self) -> None:
+        """Before reading a store (``create=False``): SQLite's integrity check of every page and
+        index, so a damaged file is reported rather than half read."""
+        verdict = " ".join(self._db.execute("PRAGMA integrity_check(1)").fetchone()[0].split())
+        if verdict != "ok":
+            raise StoreError(f"{self.path}: the store is damaged ({verdict}); " + _RECOVER.format(path=self.path))
 
     def _connect(self) -> sqlite3.Connection:
         if not self.read_only:
@@ -176,9 +185,9 @@ class Store:
         except sqlite3.OperationalError:  # a read-only file system: nobody can be writing it
             return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, timeout=30.0)
 
-    def _damage(self, err: sqlite3.Error | ValueError) -> StoreError:
+    def _damage(self, err: sqlite3.Error | UnicodeDecodeError) -> StoreError:
         """The error for a store SQLite or ccltwin cannot read: which store, what, how to recover."""
-        text = str(err)
+        text = " ".join(str(err).split())
         if isinstance(err, sqlite3.DatabaseError) and "not a database" in text:
             return StoreError(f"{self.path}: not a ccltwin store ({text})")
         if isinstance(err, sqlite3.OperationalError) and "readonly" in text:
@@ -246,7 +255,7 @@ class Store:
     def _query(self, sql: str, args: Iterable = ()) -> list[tuple]:
         try:
             return self._db.execute(sql, tuple(args)).fetchall()
-        except sqlite3.DatabaseError as err:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
             raise self._damage(err) from None
 
     def close(self) -> None:

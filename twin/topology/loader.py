@@ -35,7 +35,7 @@ def read_spec(spec: str | Path) -> ClusterSpec:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
+        problem = " ".join((getattr(err, "problem", None) or str(err)).split("\n  in ")[0].split())
         raise TopologyError(f"{source}: YAML syntax error{where}: {problem}") from None
     result = ClusterSpec.from_dict(data, source)
     return result if result.name else replace(result, name=path.stem)

@@ -20,6 +20,9 @@ MAX_GPUS = 131_072
 16,384 H100s (Llama 3, Meta 2024) on 24,576-GPU clusters; the largest sites (xAI Colossus) are
 about 100,000 GPUs in one building. Beyond that is a typo, and building its graph would not fit
 in memory."""
+MAX_PER_NODE = 1_024
+"""The most of anything one node may have (GPUs, NICs, sockets, switches, PCIe lanes, NVLinks):
+the largest NVLink domains are racks of 72 GPUs (GB200 NVL72), and a PCIe x16 slot has 16 lanes."""
 MAX_NIC_GBPS = 10_000.0
 """The fastest line rate a NIC or fabric link may have, Gb/s: 12.5x today's fastest NIC
 (NVIDIA ConnectX-8 SuperNIC, 800 Gb/s, 2024)."""
@@ -179,7 +182,7 @@ class _Section:
             raise self.error("required key is missing", key)
         return default
 
-    def int(self, key: str, default: Any = _REQUIRED, *, low: int | None = None) -> Any:
+    def int(self, key: str, default: Any = _REQUIRED, *, low: int | None = None, high: int = MAX_PER_NODE) -> Any:
         value = self.get(key, default)
         if value is default:
             return value
@@ -187,6 +190,8 @@ class _Section:
             raise self.error(f"expected an integer, got {_describe(value)}", key)
         if low is not None and value < low:
             raise self.error(f"must be at least {low}, got {value}", key)
+        if value > high:
+            raise self.error(f"must be at most {high:,}, got {value:,}", key)
         return value
 
     def number(self, key: str, default: Any = _REQUIRED, *, positive: bool = False, high: float | None = None) -> Any:
@@ -244,7 +249,7 @@ def _describe(value: Any) -> str:
 def _parse(top: _Section) -> ClusterSpec:
     name = top.str("name", "")
     description = top.str("description", "")
-    nodes = top.int("nodes", 1, low=1)
+    nodes = top.int("nodes", 1, low=1, high=MAX_GPUS)
     node = _parse_node(top.section("node", required=True))
     if nodes * node.gpus > MAX_GPUS:
         raise top.error(f"{nodes:,} nodes of {node.gpus} GPUs are {nodes * node.gpus:,} GPUs; a cluster has at most "
@@ -380,9 +385,9 @@ def _parse_latency(sec: _Section | None) -> dict[str, float]:
 def _parse_fabric(sec: _Section, node: NodeSpec) -> FabricSpec:
     default_gbps = max(node.nic_gbps, default=_REQUIRED)
     fabric = FabricSpec(gbps=sec.number("gbps", default_gbps, positive=True, high=MAX_NIC_GBPS),
-                        spines=sec.int("spines", None, low=1),
-                        nodes_per_leaf=sec.int("nodes_per_leaf", None, low=1),
-                        leaves_per_rail=sec.int("leaves_per_rail", None, low=1),
+                        spines=sec.int("spines", None, low=1, high=MAX_GPUS),
+                        nodes_per_leaf=sec.int("nodes_per_leaf", None, low=1, high=MAX_GPUS),
+                        leaves_per_rail=sec.int("leaves_per_rail", None, low=1, high=MAX_GPUS),
                         oversubscription=sec.number("oversubscription", 1.0, positive=True),
                         lat_us=sec.number("lat_us", DEFAULT_NET_LATENCY_US),
                         sharp=sec.flag("sharp"))
