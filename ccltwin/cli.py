@@ -2,18 +2,19 @@
 
 A ``CcltwinError`` (a file, an option or a value the user can fix) or an ``OSError`` (a file
 that cannot be read or written) becomes ``error: <message>`` on stderr and exit status 2;
-anything else is a bug and keeps its traceback.
+anything else is a bug and keeps its traceback. A ``CcltwinWarning`` becomes ``warning: <message>``.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import typer
 
-from traces.errors import CcltwinError
+from traces.errors import CcltwinError, CcltwinWarning
 
 __all__ = ["App", "one_line_errors"]
 
@@ -23,11 +24,19 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except (CcltwinError, OSError) as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(2) from None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CcltwinWarning)
+            try:
+                return command(*args, **kwargs)
+            except (CcltwinError, OSError) as err:
+                typer.echo(f"error: {err}", err=True)
+                raise typer.Exit(2) from None
+            finally:
+                for warning in caught:
+                    if issubclass(warning.category, CcltwinWarning):
+                        typer.echo(f"warning: {warning.message}", err=True)
+                    else:
+                        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
     return run
 

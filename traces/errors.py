@@ -52,3 +52,8 @@ class TraceError(CcltwinError):
         if event is not None:
             where.append(f"event {event}")
         super().__init__(f"{', '.join(where)}: {problem}" if where else problem)
+
+
+class CcltwinWarning(UserWarning):
+    """Input that is usable but suspicious (a log cut mid-row): the ``ccltwin`` command prints
+    its message as one ``warning: …`` line on stderr and goes on."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from os import PathLike
@@ -76,7 +77,7 @@ def _load(path: str) -> dict[str, Any]:
             dump = json.load(file)
     except OSError as err:
         raise TraceError(f"cannot read ({err})", path) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, RecursionError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, RecursionError, zlib.error) as err:
         raise TraceError(f"not a readable flight-recorder JSON dump ({err})", path) from None
     if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
         raise TraceError("not a flight-recorder dump (no 'entries' list; dumped without collectives?)", path)

@@ -9,6 +9,7 @@ one format and returns the trace; nccl-tests logs are results rather than a trac
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict
 from enum import StrEnum
@@ -52,7 +53,7 @@ def detect_format(path: str) -> TraceFormat:
         else:
             with open(path, "rb") as file:
                 head = file.read(_HEAD).decode("utf-8", "replace")
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:
         raise TraceError(f"cannot read ({err})", path) from None
     if not head.lstrip().startswith("{"):
         return TraceFormat.NCCL_TESTS

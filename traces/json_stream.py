@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -54,7 +55,7 @@ class _Window:
             return False
         try:
             chunk = self.file.read(_CHUNK)
-        except (OSError, EOFError, UnicodeDecodeError) as err:
+        except (OSError, EOFError, UnicodeDecodeError, zlib.error) as err:
             raise self.fail(f"cannot read the file ({err})") from None
         if not chunk:
             self.eof = True

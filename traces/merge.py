@@ -23,7 +23,8 @@ class RankPart:
 
 
 def merge_ranks(parts: Iterable[RankPart], source: str, metadata: dict[str, Any]) -> Trace:
-    """One Trace from per-rank parts; ``TraceError`` names the file whose rank, group or world disagrees."""
+    """One Trace from per-rank parts; ``TraceError`` names the file whose rank, group or world disagrees,
+    or the files when none of them holds a collective (an empty trace is no workload)."""
     by_rank: dict[int, RankPart] = {}
     groups: dict[str, tuple[str, ProcessGroup]] = {}
     first: RankPart | None = None
@@ -47,6 +48,10 @@ def merge_ranks(parts: Iterable[RankPart], source: str, metadata: dict[str, Any]
                 )
     if first is None:
         raise TraceError(f"no {source} files given")
+    if not any(part.trace.events for part in by_rank.values()):
+        where = ", ".join(part.path for part in by_rank.values())
+        raise TraceError(f"no collective in the {source} file(s): nothing to import (recorded without NCCL "
+                         "communication, or cut before the first one?)", where)
     trace = Trace(
         world_size=first.world_size,
         groups=tuple(group for _, group in groups.values()),

@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 
-from traces.errors import TraceError
+from traces.errors import CcltwinWarning, TraceError
+from traces.plausibility import implausible
 from traces.task import DTYPE_BYTES, Op, Task, parse_op
 
 __all__ = ["NcclTestsLog", "NcclTestsRow", "read_nccl_tests"]
@@ -110,6 +112,9 @@ def read_nccl_tests(path: str | PathLike[str]) -> NcclTestsLog:
     fmt, rows = _read_rows(path, lines)
     if not rows:
         raise TraceError("no data rows (expected an nccl-tests table)", path)
+    if not text.endswith("\n") and lines and lines[-1].split()[:1] and _INT.match(lines[-1].split()[0]):
+        warnings.warn(CcltwinWarning(f"{path}:{len(lines)}: the log ends inside this row (no line end after "
+                                     "it): it may be cut short; its values were read as they are"), stacklevel=2)
     return NcclTestsLog(
         path=path,
         op=_find_op(path, lines, header_keys),
@@ -148,7 +153,9 @@ def _read_text(path: str) -> str:
 def _number(token: str, what: str) -> float:
     if not _FLOAT.match(token):
         raise ValueError(f"{what} {token!r} is not a number")
-    return float(token)
+    if not math.isfinite(value := float(token)):
+        raise ValueError(f"{what} {token!r} is not a finite number")
+    return value
 
 
 def _optional_number(token: str, what: str) -> float | None:
@@ -308,7 +315,7 @@ def _row(
     ip_time, ip_algbw, ip_busbw, ip_wrong = _measured(ip, "in-place", time_scale)
     if oop_busbw is None and ip_busbw is None:
         raise ValueError("the row has no busbw")
-    return NcclTestsRow(
+    row = NcclTestsRow(
         _count(cells["size"], "size"),
         _count(cells["count"], "count"),
         _dtype(cells["type"]),
@@ -316,6 +323,10 @@ def _row(
         _root(cells["root"]) if "root" in cells else None,
         *(oop_time, oop_algbw, oop_busbw, ip_time, ip_algbw, ip_busbw, oop_wrong, ip_wrong),
     )
+    for side, time, busbw in (("out-of-place", oop_time, oop_busbw), ("in-place", ip_time, ip_busbw)):
+        if problem := implausible(nbytes=row.nbytes, count=row.count, dtype=row.dtype, time_us=time, busbw=busbw):
+            raise ValueError(f"{side}: {problem}")
+    return row
 
 
 def _csv_rows(path: str, lines: list[str], header_line: int) -> list[NcclTestsRow]:
@@ -578,10 +589,14 @@ def _read_json(path: str, text: str) -> NcclTestsLog:
     elif args:
         raise TraceError(f"unknown nccl-tests program {args[0]!r}", path)
     code = doc.get("nccl_version")
+    try:
+        nranks = _json_nranks(config)
+    except ValueError as err:
+        raise TraceError(str(err), path) from None
     return NcclTestsLog(
         path=path,
         op=op,
-        nranks=_json_nranks(config),
+        nranks=nranks,
         header={"COMMAND": " ".join(args)} if args else {},
         rows=rows,
         nccl_version=_version_from_code(code) if isinstance(code, int) and code > 0 else None,
@@ -598,6 +613,9 @@ def _list(doc: dict, key: str) -> list:
 def _json_nranks(config: dict) -> int | None:
     """One ``devices`` entry per process, each driving ``nthreads × ngpus`` ranks."""
     devices, threads, gpus = config.get("devices"), config.get("nthreads"), config.get("ngpus")
+    for name, value in (("nthreads", threads), ("ngpus", gpus)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"config.{name} {value!r} is not a positive integer")
     if isinstance(devices, list) and devices and isinstance(threads, int) and isinstance(gpus, int):
         return len(devices) * threads * gpus
     return None

@@ -12,7 +12,9 @@ import gzip
 import json
 import math
 import os
+import stat
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from os import PathLike
 from pathlib import Path
@@ -43,7 +45,8 @@ def load_trace(path: str | PathLike[str]) -> Trace:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as file:
             doc = json.load(file)
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, RecursionError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, RecursionError,
+            zlib.error) as err:
         raise TraceError(f"not a readable trace JSON file ({err})", path) from None
     except OSError as err:
         raise TraceError(f"cannot read the trace ({err.strerror or err})", path) from None
@@ -66,6 +69,7 @@ def check_writable(path: str | PathLike[str], what: str = "file") -> None:
     folder = target.parent
     if target.is_dir():
         raise TraceError(f"is a directory; give a file name for the {what}", path)
+    _check_replaceable(target, what)
     if folder.exists() and not folder.is_dir():
         raise TraceError(f"cannot write the {what}: {str(folder)!r} is a file, not a folder", path)
     if not folder.is_dir():
@@ -77,10 +81,17 @@ def check_writable(path: str | PathLike[str], what: str = "file") -> None:
 def write_atomic(path: str | PathLike[str], chunks: Iterable[str]) -> None:
     """Write text to a temporary file beside ``path``, then rename it into place (gzip for ``.gz``).
 
-    On any failure the temporary file is removed and an existing ``path`` is left as it was.
+    On any failure the temporary file is removed and an existing ``path`` is left as it was; a
+    failure to write (a full disk, a folder such as ``/proc`` that takes no new files) is a
+    ``TraceError`` naming ``path`` and the reason. What is not a regular file (a FIFO, a device,
+    a symbolic link) is never replaced.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    _check_replaceable(path, "file")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as err:
+        raise TraceError(f"cannot write here ({err.strerror or err})", path) from None
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as raw:
@@ -90,9 +101,34 @@ def write_atomic(path: str | PathLike[str], chunks: Iterable[str]) -> None:
             if out is not raw:
                 out.close()
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise TraceError(f"cannot write ({err.strerror or err}); nothing was written", path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _check_replaceable(target: Path, what: str) -> None:
+    """Refuse to replace what is not a regular file: a symbolic link, a FIFO, a device, a socket."""
+    if target.is_symlink():
+        raise TraceError(f"is a symbolic link (to {os.readlink(target)!r}); ccltwin replaces the {what} it "
+                         "writes, which would break the link: give the link's target or another name", target)
+    if str(target.resolve()).startswith(("/proc/", "/sys/")):
+        raise TraceError(f"is in {str(target.resolve()).split('/')[1]!r}, a kernel file system, not a place for "
+                         f"the {what}", target)
+    try:
+        mode = target.stat().st_mode
+    except OSError:
+        return  # nothing there yet
+    for test, kind in _KINDS:
+        if test(mode):
+            raise TraceError(f"is {kind}, not a regular file; ccltwin writes the {what} to a regular file only",
+                             target)
 
 
 # ---- to JSON -----------------------------------------------------------------------------

@@ -18,11 +18,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import IntEnum, StrEnum
 
+from traces.errors import CcltwinError
+
 Version = tuple[int, int, int]
 
 DEFAULT_NCCL_VERSION: Version = (2, 28, 9)
 """The NCCL release modelled when none is given: the one whose tables ``twin.nccl_model`` carries
 and on which our H200 measurements ran."""
+OLDEST_NCCL_VERSION: Version = (2, 0, 0)
+"""NCCL 2.0 (2017) introduced the inter-node transports and the algorithms modelled; 1.x was a
+single-node library, and there is no release 0."""
+NEWEST_MODELLED_VERSION: Version = (2, 29, 7)
+"""The newest release whose behaviour the knob tiers know (``NCCL_NO_CACHE``)."""
+
+
+def check_nccl_version(version: Version) -> str | None:
+    """Refuse a release that never existed as modelled; a note for one beyond the modelled ones::
+
+        >>> check_nccl_version((99, 99, 99))
+        'NCCL 99.99.99 is newer than the newest modelled release (2.29.7); modelled as 2.29.7 would behave'
+        >>> check_nccl_version((2, 28, 9)) is None
+        True
+    """
+    name = ".".join(map(str, version))
+    if tuple(version) < OLDEST_NCCL_VERSION:
+        raise CcltwinError(f"NCCL {name}: no such release is modelled (the oldest is "
+                           f"{'.'.join(map(str, OLDEST_NCCL_VERSION))}, NCCL 2.0, 2017)")
+    if tuple(version) > NEWEST_MODELLED_VERSION:
+        newest = ".".join(map(str, NEWEST_MODELLED_VERSION))
+        return f"NCCL {name} is newer than the newest modelled release ({newest}); modelled as {newest} would behave"
+    return None
 
 
 class Knob(StrEnum):

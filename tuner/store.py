@@ -22,14 +22,21 @@ How that is guaranteed:
 predictions are kept in history for calibration but never become winners. When a tuning session
 ends, its winner, scored over repeated samples, replaces whichever single sample led
 (``set_best``). The schema has a version row; a store written by a newer ccltwin is refused
-rather than misread. ``hardware`` holds the cluster's identity (``tuner.identity``); rows a
+rather than misread, and a version-1 store is migrated on open (read as it is where the file
+cannot be written). ``add_unseen`` (log imports) checks for rows already there inside its write
+transaction, and each imported row carries a key that a UNIQUE index makes the database itself
+refuse twice, so two processes importing the same log at once add it once. A damaged file (corrupt
+pages, a missing table, a row ccltwin cannot read) is a ``StoreError`` naming the store, the
+damage and how to recover. ``hardware`` holds the cluster's identity (``tuner.identity``); rows a
 previous version wrote under another name for the cluster (``twin:dgx-h100``) are read, filtered
 and listed as ``normalise_identity`` names them, and the file is left as it was.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -44,7 +51,7 @@ from tuner.measurement import Measurement
 
 __all__ = ["SCHEMA_VERSION", "Store", "StoreError"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 WINNER_SOURCES = ("live", "nccl-tests")
 """Sources whose times compete for ``best`` (measured, not predicted)."""
 
@@ -72,9 +79,11 @@ CREATE TABLE history (
     env          TEXT    NOT NULL,     -- JSON object of NCCL_* variables
     occurrence   INTEGER,
     measured_at  REAL,
-    recorded_at  REAL    NOT NULL
+    recorded_at  REAL    NOT NULL,
+    import_key   TEXT                  -- set by add_unseen: the row's identity, at most once
 );
 CREATE INDEX history_by_task ON history (op, nbytes, nranks, dtype, task_group);
+CREATE UNIQUE INDEX history_import_key ON history (import_key);
 CREATE TABLE best (
     hardware     TEXT    NOT NULL,
     op           TEXT    NOT NULL,
@@ -93,6 +102,14 @@ _KEY = "hardware, op, nbytes, nranks, dtype, task_group, comm"
 _COLUMNS = (f"{_KEY}, algo, proto, transport, nchannels, nthreads, chunk_bytes, time_us, source, nccl_version, "
             "interference, env, occurrence, measured_at")
 _INSERT_HISTORY = f"INSERT INTO history ({_COLUMNS}, recorded_at) VALUES ({', '.join('?' * (_COLUMNS.count(',') + 2))})"
+_INSERT_UNSEEN = (f"INSERT INTO history ({_COLUMNS}, recorded_at, import_key) "
+                  f"VALUES ({', '.join('?' * (_COLUMNS.count(',') + 3))}) ON CONFLICT (import_key) DO NOTHING")
+_TABLES = frozenset({"schema_version", "history", "best"})
+_MIGRATE_1_TO_2 = ("ALTER TABLE history ADD COLUMN import_key TEXT",
+                   "CREATE UNIQUE INDEX history_import_key ON history (import_key)")
+_RECOVER = ("check it with `sqlite3 {path} 'PRAGMA integrity_check'`, save what is readable with "
+            "`sqlite3 {path} .recover > saved.sql` (or `ccltwin store show {path} --history --json`), "
+            "then import into a new store")
 _SET_BEST = f"""
 INSERT INTO best ({_KEY}, history_id, time_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT ({_KEY}) DO UPDATE SET history_id = excluded.history_id, time_us = excluded.time_us
@@ -108,49 +125,138 @@ class Store:
     """A SQLite tuning store at ``path`` (created with ``create=True`` when missing).
 
     One ``Store`` is one connection, for use from the thread that opened it; open one per
-    process or thread. Use it as a context manager or call ``close``.
+    process or thread. Use it as a context manager or call ``close``: a store this ``Store``
+    created that is still empty when its ``with`` block fails is removed again, so a failed
+    import leaves no empty store behind. A store on a file system or file that cannot be
+    written opens read-only (``read_only``): reading works, writing is a ``StoreError``.
     """
 
     def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
         self.path = str(path)
-        if Path(self.path).is_dir():
+        file = Path(self.path)
+        if file.is_dir():
             raise StoreError(f"{self.path}: is a directory, not a store file")
-        if not create and not Path(self.path).is_file():
+        existed = file.exists()
+        if not create and not file.is_file():
             raise StoreError(f"{self.path}: no such store")
+        if existed and file.is_file() and file.stat().st_size == 0 and not create:
+            raise StoreError(f"{self.path}: an empty (0-byte) file, not a ccltwin store; remove it, or give "
+                             "another path")
+        self.created = not existed
+        self.read_only = existed and not (os.access(self.path, os.W_OK) and os.access(file.parent, os.W_OK))
+        self.version = SCHEMA_VERSION
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            self._db = self._connect()
         except sqlite3.Error as err:
             raise StoreError(f"{self.path}: cannot open the store ({err})") from None
         try:
-            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if mode != "wal":
-                raise StoreError(f"{self.path}: this file system does not support SQLite's WAL mode (got {mode})")
-            self._db.execute("PRAGMA synchronous=FULL")
+            if not self.read_only:
+                mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if mode != "wal":
+                    raise StoreError(f"{self.path}: this file system does not support SQLite's WAL mode (got {mode})")
+                self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.create_function("identity", 1, normalise_identity, deterministic=True)
             self._check_schema()
-        except sqlite3.DatabaseError as err:
+            if not create and not self.created:
+                self._check_integrity()
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # SQLite decodes damaged text as UTF-8
             self._db.close()
-            raise StoreError(f"{self.path}: not a ccltwin store ({err})") from None
+            raise self._damage(err) from None
         except StoreError:
             self._db.close()
             raise
+
+    def _check_integrity(self) -> None:
+        """Before reading a store (``create=False``): SQLite's integrity check of every page and
+        index, so a damaged file is reported rather than half read."""
+        verdict = " ".join(self._db.execute("PRAGMA integrity_check(1)").fetchone()[0].split())
+        if verdict != "ok":
+            raise StoreError(f"{self.path}: the store is damaged ({verdict}); " + _RECOVER.format(path=self.path))
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self.read_only:
+            return sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        uri = Path(self.path).resolve().as_uri()
+        try:  # a read-only file still shares the WAL index with its writers when it can
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=30.0)
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:  # a read-only file system: nobody can be writing it
+            return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, timeout=30.0)
+
+    def _damage(self, err: sqlite3.Error | UnicodeDecodeError) -> StoreError:
+        """The error for a store SQLite or ccltwin cannot read: which store, what, how to recover."""
+        text = " ".join(str(err).split())
+        if isinstance(err, sqlite3.DatabaseError) and "not a database" in text:
+            return StoreError(f"{self.path}: not a ccltwin store ({text})")
+        if isinstance(err, sqlite3.OperationalError) and "readonly" in text:
+            return StoreError(f"{self.path}: the store cannot be written ({text}); check the file's permissions "
+                              "and the file system, or copy it somewhere writable")
+        if isinstance(err, sqlite3.OperationalError) and "locked" in text:
+            return StoreError(f"{self.path}: the store is locked by another process ({text}); try again")
+        return StoreError(f"{self.path}: the store is damaged ({text}); " + _RECOVER.format(path=self.path))
 
     def _check_schema(self) -> None:
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "schema_version" not in tables:
             if tables:
                 raise StoreError(f"{self.path}: an SQLite file but not a ccltwin store (tables: {', '.join(tables)})")
+            if self.read_only:
+                raise StoreError(f"{self.path}: an empty SQLite file that cannot be written, not a ccltwin store")
             with self._transaction():
                 if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_version'").fetchone():
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             self._db.execute(statement)
                     self._db.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+            tables = set(_TABLES)
         version = self._db.execute("SELECT version FROM schema_version").fetchone()
-        if version is None or version[0] != SCHEMA_VERSION:
-            found = "none" if version is None else version[0]
-            raise StoreError(f"{self.path}: store schema version {found}; this ccltwin reads version {SCHEMA_VERSION}")
+        if version is None or not isinstance(version[0], int) or version[0] < 1:
+            found = "none" if version is None else repr(version[0])
+            raise StoreError(f"{self.path}: the store is damaged (schema version {found}); "
+                             + _RECOVER.format(path=self.path))
+        if version[0] > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: store schema version {version[0]}, written by a newer ccltwin; this "
+                             f"ccltwin reads versions up to {SCHEMA_VERSION}: upgrade ccltwin to read it")
+        if missing := _TABLES - tables:
+            raise StoreError(f"{self.path}: the store is damaged (table {', '.join(sorted(missing))} is missing); "
+                             + _RECOVER.format(path=self.path))
+        self.version = version[0]
+        if self.version == 1 and not self.read_only:
+            self._migrate_from_1()
+
+    def _migrate_from_1(self) -> None:
+        """Add the import key (schema 2): the first row of each identity gets it, so importing a
+        log that is already there adds nothing, also after the upgrade."""
+        with self._transaction():
+            if self._db.execute("SELECT version FROM schema_version").fetchone()[0] != 1:
+                self.version = SCHEMA_VERSION  # another process migrated it first
+                return
+            for statement in _MIGRATE_1_TO_2:
+                self._db.execute(statement)
+            seen = set()
+            for row_id, *row in self._db.execute(f"SELECT id, {_COLUMNS} FROM history ORDER BY id").fetchall():
+                key = _import_key(self._read_row(row, row_id))
+                if key not in seen:
+                    seen.add(key)
+                    self._db.execute("UPDATE history SET import_key = ? WHERE id = ?", (key, row_id))
+            self._db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+        self.version = SCHEMA_VERSION
+
+    def _read_row(self, row: tuple, row_id: int | None = None) -> Measurement:
+        try:
+            return _measurement(row)
+        except (ValueError, TypeError) as err:  # a value this ccltwin does not know (an op, a source)
+            which = f"history row {row_id}" if row_id is not None else f"a row of {row[1]!r} at {row[2]} bytes"
+            raise StoreError(f"{self.path}: {which} cannot be read ({err}); "
+                             + _RECOVER.format(path=self.path)) from None
+
+    def _query(self, sql: str, args: Iterable = ()) -> list[tuple]:
+        try:
+            return self._db.execute(sql, tuple(args)).fetchall()
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
+            raise self._damage(err) from None
 
     def close(self) -> None:
         self._db.close()
@@ -158,11 +264,24 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, value, traceback) -> None:
+        empty = kind is not None and self.created and self._is_empty()
         self.close()
+        if empty:
+            for suffix in ("", "-wal", "-shm"):
+                Path(self.path + suffix).unlink(missing_ok=True)
+
+    def _is_empty(self) -> bool:
+        try:
+            return self._db.execute("SELECT count(*) FROM history").fetchone()[0] == 0
+        except sqlite3.Error:
+            return False
 
     def _transaction(self):
-        return _Transaction(self._db)
+        if self.read_only:
+            raise StoreError(f"{self.path}: the store cannot be written (read-only file or file system); copy it "
+                             "somewhere writable")
+        return _Transaction(self)
 
     # ---- writing ----------------------------------------------------------------------------
 
@@ -176,7 +295,7 @@ class Store:
         ids = []
         with self._transaction():
             for m in measurements:
-                row = _row(m)
+                row = _checked_row(m, self.path)
                 cursor = self._db.execute(_INSERT_HISTORY, (*row, now))
                 ids.append(cursor.lastrowid)
                 if m.config is not None and m.source in WINNER_SOURCES:
@@ -185,15 +304,24 @@ class Store:
 
     def add_unseen(self, measurements: Iterable[Measurement]) -> list[Measurement]:
         """Record, in one transaction, the measurements not in history yet (equal in everything but
-        when they were stored), each once; returns those recorded. Importing a log again adds nothing."""
+        when they were stored), each once; returns those recorded. Importing a log again adds nothing,
+        also when two processes import it at the same time: the check runs inside the write
+        transaction, and the UNIQUE import key makes the database refuse a second copy."""
         measurements = list(measurements)
-        seen = {_identity(m) for h in {m.hardware for m in measurements} for m in self.history(hardware=h)}
+        now = time.time()
         new = []
-        for m in measurements:
-            if (identity := _identity(m)) not in seen:
-                seen.add(identity)
-                new.append(m)
-        self.add_many(new)
+        with self._transaction():
+            seen = {_import_key(m) for h in {m.hardware for m in measurements} for m in self.history(hardware=h)}
+            for m in measurements:
+                if (key := _import_key(m)) in seen:
+                    continue
+                seen.add(key)
+                row = _checked_row(m, self.path)
+                cursor = self._db.execute(_INSERT_UNSEEN, (*row, now, key))
+                if cursor.rowcount == 1:
+                    new.append(m)
+                    if m.config is not None and m.source in WINNER_SOURCES:
+                        self._db.execute(_UPSERT_BEST, (*row[:7], cursor.lastrowid, m.time_us))
         return new
 
     def set_best(self, winner: Measurement) -> bool:
@@ -219,20 +347,20 @@ class Store:
 
     def count(self) -> int:
         """Rows in history."""
-        return self._db.execute("SELECT count(*) FROM history").fetchone()[0]
+        return self._query("SELECT count(*) FROM history")[0][0]
 
     def hardware_ids(self, *, measured: bool = False) -> list[str]:
         """Every hardware id in history, sorted; ``measured``: only those of rows that were measured
         (not the twin's predictions, source ``twin``)."""
         where = "WHERE source != 'twin' " if measured else ""
-        return [row[0] for row in self._db.execute(
+        return [row[0] for row in self._query(
             f"SELECT DISTINCT identity(hardware) AS id FROM history {where}ORDER BY id")]
 
     def history(self, task: Task | None = None, *, hardware: str | None = None) -> list[Measurement]:
         """Measurements in the order they were recorded, of one task and/or one hardware id."""
         where, args = _filters(task, hardware, "")
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM history {where} ORDER BY id", args)
-        return [_measurement(row) for row in rows]
+        rows = self._query(f"SELECT id, {_COLUMNS} FROM history {where} ORDER BY id", args)
+        return [self._read_row(row, row_id) for row_id, *row in rows]
 
     def best(self, task: Task, *, hardware: str, comm: str = "") -> Measurement | None:
         """The winning measurement of ``task`` on ``hardware`` and communicator ``comm``."""
@@ -249,14 +377,14 @@ class Store:
             args.append(comm)
         # the winner's time is the best's: one sample's, or a tuning session's score (``set_best``)
         columns = ", ".join("b.time_us" if c.strip() == "time_us" else f"h.{c.strip()}" for c in _COLUMNS.split(","))
-        rows = self._db.execute(
-            f"SELECT {columns} FROM best b JOIN history h ON h.id = b.history_id {where} "
+        rows = self._query(
+            f"SELECT h.id, {columns} FROM best b JOIN history h ON h.id = b.history_id {where} "
             "ORDER BY identity(b.hardware), b.op, b.nbytes, b.nranks, b.dtype, b.task_group, b.comm", args)
-        return [_measurement(row) for row in rows]
+        return [self._read_row(row, row_id) for row_id, *row in rows]
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` verdict (``"ok"`` when the file is sound)."""
-        return self._db.execute("PRAGMA integrity_check").fetchone()[0]
+        return self._query("PRAGMA integrity_check")[0][0]
 
     @property
     def journal_mode(self) -> str:
@@ -264,16 +392,27 @@ class Store:
 
 
 class _Transaction:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any exception."""
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any exception; SQLite's errors about the
+    file (damaged, read-only, locked) become the store's ``StoreError``."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.db = store._db
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as err:
+            raise self.store._damage(err) from None
 
-    def __exit__(self, kind, value, traceback) -> None:
-        self.db.execute("ROLLBACK" if kind else "COMMIT")
+    def __exit__(self, kind, value, traceback) -> bool:
+        try:
+            self.db.execute("ROLLBACK" if kind else "COMMIT")
+        except sqlite3.DatabaseError as err:
+            raise self.store._damage(err) from None
+        if isinstance(value, sqlite3.DatabaseError) and not isinstance(value, sqlite3.IntegrityError):
+            raise self.store._damage(value) from None
+        return False
 
 
 def _filters(task: Task | None, hardware: str | None, prefix: str) -> tuple[str, list]:
@@ -296,9 +435,22 @@ def _row(m: Measurement) -> tuple:
             m.nccl_version, m.interference, json.dumps(m.env, sort_keys=True), m.occurrence, m.timestamp)
 
 
-def _identity(m: Measurement) -> str:
-    """What makes two rows the same measurement (everything but when it was stored)."""
-    return json.dumps({k: v for k, v in m.to_dict().items() if k != "timestamp"}, sort_keys=True)
+_SQLITE_INT = (-(1 << 63), (1 << 63) - 1)
+
+
+def _checked_row(m: Measurement, path: str) -> tuple:
+    """``_row(m)``, its integers within SQLite's 64 bits (a size of 2**63 bytes is no real task)."""
+    row = _row(m)
+    for value in row:
+        if isinstance(value, int) and not _SQLITE_INT[0] <= value <= _SQLITE_INT[1]:
+            raise StoreError(f"{path}: cannot store {m.task} ({m.source}): {value} does not fit a 64-bit integer")
+    return row
+
+
+def _import_key(m: Measurement) -> str:
+    """What makes two rows the same measurement (everything but when it was stored), as a digest."""
+    identity = json.dumps({k: v for k, v in m.to_dict().items() if k != "timestamp"}, sort_keys=True)
+    return hashlib.sha256(identity.encode()).hexdigest()
 
 
 def _measurement(row: tuple) -> Measurement:

@@ -60,6 +60,9 @@ def resolve(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
             nthreads: int | None = None, chunk_bytes: int | None = None) -> tuple[Config, str, float | None]:
     """Fill every knob not given with what NCCL would use for ``dtype`` on ``comm``; say who chose."""
     given = [k for k in (algo, proto, transport, nchannels, nthreads, chunk_bytes) if k is not None]
+    for name, value in (("nchannels", nchannels), ("nthreads", nthreads), ("chunk size", chunk_bytes)):
+        if value is not None and value <= 0:
+            raise CcltwinError(f"a forced {name} must be positive, got {value}")
     # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
     info = replace(comm.nccl, algo_env=algo and str(algo), proto_env=proto and str(proto))
     choice = nccl_choice(info, op, nbytes, dtype)

@@ -24,7 +24,7 @@ from traces.errors import CcltwinError
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Algo, Transport
-from tuner.knobs import DEFAULT_NCCL_VERSION
+from tuner.knobs import DEFAULT_NCCL_VERSION, check_nccl_version
 from tuner.measurement import Measurement
 from tuner.plan import Plan, PlanEntry, RankedSubspace
 from tuner.rules import CommFacts
@@ -130,7 +130,7 @@ def rank_trace(trace: Trace, cluster: Cluster, *, nccl_version: tuple[int, int, 
     (``twin.process_tuning``). Tasks without a size are not in ``Trace.tasks`` and so not here.
     Raises ``twin.placement.PlacementError`` when the cluster has fewer GPUs than the trace's world.
     """
-    notes: list[str] = []
+    notes: list[str] = [note] if (note := check_nccl_version(nccl_version)) else []
     tasks = _sized(trace.tasks(), notes)
     comms = Placement(trace, cluster, nccl_version, params=params).task_communicators()
     return _rank([(task, calls, comms[task]) for task, calls in tasks], cluster, nccl_version, max_channels, notes)

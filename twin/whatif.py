@@ -25,8 +25,10 @@ iteration is still slower, NCCL's default stays everywhere.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
+from traces.errors import CcltwinError
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Config, Transport
@@ -52,6 +54,12 @@ class Candidate:
     topology: str
     nodes: int | None = None
     price_per_gpu_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        price = self.price_per_gpu_hour
+        if price is not None and not (math.isfinite(price) and price >= 0):
+            raise CcltwinError(f"{self.topology}: a price per GPU-hour must be a finite number of at least 0, "
+                               f"got {price}")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def defined_errors() -> list[type[Exception]]:
-    """Every exception class defined in traces/, tuner/ and twin/ (each module imported)."""
+    """Every exception class defined in traces/, tuner/ and twin/ (each module imported), warnings
+    (``CcltwinWarning``, not raised) aside."""
     found = []
     for package in (traces, tuner, twin):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
@@ -29,7 +30,7 @@ def defined_errors() -> list[type[Exception]]:
                 continue
             module = importlib.import_module(info.name)
             found += [obj for obj in vars(module).values() if isinstance(obj, type) and issubclass(obj, Exception)
-                      and obj.__module__ == module.__name__]
+                      and not issubclass(obj, Warning) and obj.__module__ == module.__name__]
     return sorted(set(found), key=lambda cls: f"{cls.__module__}.{cls.__qualname__}")
 
 

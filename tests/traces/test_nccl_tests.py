@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.testdata import DATA as TEST_DATA
 from traces.errors import TraceError
 from traces.nccl_tests import NcclTestsRow, read_nccl_tests
-from traces.task import Op, Task
+from traces.task import DTYPE_BYTES, Op, Task
 
 DATA = TEST_DATA / "nccl-tests"
 HERE = TEST_DATA / "traces"
@@ -192,19 +192,20 @@ def test_nranks_from_command_and_threads(tmp_path):
 
 # ---- property tests -----------------------------------------------------------------------
 
-centi = st.integers(0, 10**7).map(lambda n: n / 100)
+centi = st.integers(0, 10**6).map(lambda n: n / 100)  # bandwidths: 0 to 10,000 GB/s (MAX_BUSBW_GBPS)
+time = st.integers(1, 10**7).map(lambda n: n / 100)  # times are > 0
 rows = st.lists(
     st.builds(
-        lambda nbytes, dtype, redop, t1, a1, b1, t2, a2, b2, w1, w2: NcclTestsRow(
-            nbytes, nbytes // 4, dtype, redop, None, t1, a1, b1, t2, a2, b2, w1, w2
+        lambda count, dtype, redop, t1, a1, b1, t2, a2, b2, w1, w2: NcclTestsRow(
+            count * DTYPE_BYTES[dtype], count, dtype, redop, None, t1, a1, b1, t2, a2, b2, w1, w2
         ),
-        st.integers(0, 2**40),
+        st.integers(0, 2**38),
         st.sampled_from(["float", "half", "bfloat16", "int8", "double"]),
         st.sampled_from(["sum", "prod", "max", "min", "avg"]),
+        time,
         centi,
         centi,
-        centi,
-        centi,
+        time,
         centi,
         centi,
         st.integers(0, 5).map(float),

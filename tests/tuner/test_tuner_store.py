@@ -24,7 +24,7 @@ from tuner.config import Algo, Config, Proto, Transport
 from tuner.export import MAX_BYTES, TUNER_CSV_HEADER, settings_from_winners, tuner_rules, write_env, write_tuner_csv
 from tuner.measurement import Measurement, read_nccl_tests_measurements
 from tuner.process_knobs import ProcessSettings
-from tuner.store import Store, StoreError
+from tuner.store import SCHEMA_VERSION, Store, StoreError
 
 DATA = TEST_DATA / "nccl-tests"
 runner = CliRunner()
@@ -49,7 +49,7 @@ def test_a_new_store_is_in_wal_mode_with_full_sync(tmp_path):
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     raw = sqlite3.connect(path)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert raw.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     raw.close()
 
 

@@ -8,6 +8,7 @@ as YAML, refusing one that would not load.
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from twin.topology.build import build_cluster
 from twin.topology.loader import read_source
 from twin.topology.nccl_xml import parse_nccl_topo_xml
 from twin.topology.nvidia_smi import parse_nvidia_smi_topo
-from twin.topology.spec import ClusterSpec
+from twin.topology.spec import MAX_NIC_GBPS, ClusterSpec
 
 __all__ = ["TopologyFormat", "import_spec"]
 
@@ -33,8 +34,9 @@ def import_spec(file: str | Path, format: TopologyFormat = TopologyFormat.AUTO, 
                 nic_gbps: float | None = None, nvswitch: bool = False) -> ClusterSpec:
     """The one-node cluster description of ``file`` (``nvswitch``: an XML without ``<nvlink>``
     whose GPUs sit on an NVSwitch); raises ``TopologyError`` naming the file and the problem."""
-    if nic_gbps is not None and nic_gbps <= 0:
-        raise TopologyError(f"--nic-gbps {nic_gbps:g}: a NIC's line rate must be positive")
+    if nic_gbps is not None and not (math.isfinite(nic_gbps) and 0 < nic_gbps <= MAX_NIC_GBPS):
+        raise TopologyError(f"--nic-gbps {nic_gbps:g}: a NIC's line rate must be above 0 and at most "
+                            f"{MAX_NIC_GBPS:g} Gb/s (12.5x the fastest NIC, 800 Gb/s)")
     text, source, name = read_source(file, "topology")
     if format is TopologyFormat.AUTO:
         format = TopologyFormat.NCCL_XML if text.lstrip().startswith("<") else TopologyFormat.NVIDIA_SMI
@@ -43,5 +45,6 @@ def import_spec(file: str | Path, format: TopologyFormat = TopologyFormat.AUTO, 
                                    source=source, name=name)
     else:
         spec = parse_nvidia_smi_topo(text, gpu_model=gpu_model, nic_gbps=nic_gbps, source=source, name=name)
-    build_cluster(spec)  # refuse a description that does not load
+    build_cluster(spec)  # refuse a description that does not build,
+    ClusterSpec.from_dict(spec.to_dict(), source)  # or that the loader would not read back
     return spec

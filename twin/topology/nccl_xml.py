@@ -130,6 +130,21 @@ class _Walk:
                                      gbps=speed / 1000 if speed else None))
 
 
+MAX_XML_DEPTH = 64
+"""Deeper than this is no machine: NCCL's XML nests system/cpu/pci(switch levels)/gpu, ~10 deep."""
+
+
+def _depth(root: ET.Element) -> int:
+    """How deeply elements nest under ``root`` (1: only the root), without recursion."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        element, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth <= MAX_XML_DEPTH:
+            stack.extend((child, depth + 1) for child in element)
+    return deepest
+
+
 def parse_nccl_topo_xml(text: str, *, gpu_model: str | None = None, nic_gbps: float | None = None,
                         nvswitch: bool = False, source: str = "<NCCL topology XML text>",
                         name: str = "imported") -> ClusterSpec:
@@ -140,6 +155,9 @@ def parse_nccl_topo_xml(text: str, *, gpu_model: str | None = None, nic_gbps: fl
         raise TopologyError(f"{source}: not valid XML: {err}") from None
     if root.tag != "system":
         raise TopologyError(f"{source}: the root element is <{root.tag}>, expected <system>")
+    if _depth(root) > MAX_XML_DEPTH:
+        raise TopologyError(f"{source}: elements nested more than {MAX_XML_DEPTH} deep; no machine's NCCL "
+                            "topology is (about 10 levels)")
     cpus = root.findall("cpu")
     if not cpus:
         raise TopologyError(f"{source}: no <cpu> element")

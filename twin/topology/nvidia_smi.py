@@ -120,6 +120,11 @@ def _read_matrix(text: str, source: str) -> tuple[list[str], list[list[str]], di
     missing = [d for d in devices if d not in rows]
     if missing:
         raise TopologyError(f"{source}: the matrix has no row for {missing[0]}")
+    for i, a in enumerate(devices):  # a link is the same seen from either end
+        for j, b in enumerate(devices[:i]):
+            if rows[a][j] != rows[b][i]:
+                raise TopologyError(f"{source}: the matrix is not symmetric: {a}-{b} is {rows[a][j]} but "
+                                    f"{b}-{a} is {rows[b][i]}")
     return devices, [rows[d] for d in devices], {k: v for k, v in affinity.items() if v}
 
 

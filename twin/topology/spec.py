@@ -15,6 +15,18 @@ from typing import Any
 
 from twin.hardware import CPU_VENDORS, TopologyError, gpu_spec, socket_link_gbps
 
+MAX_GPUS = 131_072
+"""The most GPUs one cluster description may have (2**17). The largest NCCL jobs published run
+16,384 H100s (Llama 3, Meta 2024) on 24,576-GPU clusters; the largest sites (xAI Colossus) are
+about 100,000 GPUs in one building. Beyond that is a typo, and building its graph would not fit
+in memory."""
+MAX_PER_NODE = 1_024
+"""The most of anything one node may have (GPUs, NICs, sockets, switches, PCIe lanes, NVLinks):
+the largest NVLink domains are racks of 72 GPUs (GB200 NVL72), and a PCIe x16 slot has 16 lanes."""
+MAX_NIC_GBPS = 10_000.0
+"""The fastest line rate a NIC or fabric link may have, Gb/s: 12.5x today's fastest NIC
+(NVIDIA ConnectX-8 SuperNIC, 800 Gb/s, 2024)."""
+
 DEFAULT_LATENCY_US = {"nvlink": 0.35, "pcie": 0.5, "cpu": 0.6}
 """One-hop latencies: GPU→NVSwitch→GPU 0.7 µs, GPU→PCIe switch→GPU 1 µs, one socket hop."""
 DEFAULT_NET_LATENCY_US = 0.5
@@ -116,6 +128,8 @@ class ClusterSpec:
         spec, node = self, self.node
         if nodes is not None:
             _require(nodes >= 1, f"nodes must be at least 1, got {nodes}")
+            _require(nodes * node.gpus <= MAX_GPUS, f"nodes={nodes} gives {nodes * node.gpus:,} GPUs; a cluster has "
+                     f"at most {MAX_GPUS:,} (the largest built are about 100,000)")
             spec = replace(spec, nodes=nodes)
         if nics_per_node is not None:
             _require(0 <= nics_per_node <= node.nics,
@@ -124,7 +138,9 @@ class ClusterSpec:
                            switches=_keep_nics(node.switches, nics_per_node),
                            root_ports=_keep_nics(node.root_ports, nics_per_node))
         if nic_gbps is not None:
-            _require(nic_gbps > 0, f"nic_gbps must be positive, got {nic_gbps}")
+            _require(math.isfinite(nic_gbps) and 0 < nic_gbps <= MAX_NIC_GBPS,
+                     f"nic_gbps must be above 0 and at most {MAX_NIC_GBPS:g} Gb/s (12.5x the fastest NIC, "
+                     f"800 Gb/s), got {nic_gbps}")
             node = replace(node, nic_gbps=(float(nic_gbps),) * node.nics)
             if spec.fabric is not None:
                 spec = replace(spec, fabric=replace(spec.fabric, gbps=float(nic_gbps)))
@@ -166,7 +182,7 @@ class _Section:
             raise self.error("required key is missing", key)
         return default
 
-    def int(self, key: str, default: Any = _REQUIRED, *, low: int | None = None) -> Any:
+    def int(self, key: str, default: Any = _REQUIRED, *, low: int | None = None, high: int = MAX_PER_NODE) -> Any:
         value = self.get(key, default)
         if value is default:
             return value
@@ -174,17 +190,21 @@ class _Section:
             raise self.error(f"expected an integer, got {_describe(value)}", key)
         if low is not None and value < low:
             raise self.error(f"must be at least {low}, got {value}", key)
+        if value > high:
+            raise self.error(f"must be at most {high:,}, got {value:,}", key)
         return value
 
-    def number(self, key: str, default: Any = _REQUIRED, *, positive: bool = False) -> Any:
+    def number(self, key: str, default: Any = _REQUIRED, *, positive: bool = False, high: float | None = None) -> Any:
         value = self.get(key, default)
         if value is default:
             return value
-        return self.check_number(value, key, positive=positive)
+        return self.check_number(value, key, positive=positive, high=high)
 
-    def check_number(self, value: Any, key: str, *, positive: bool = False) -> float:
+    def check_number(self, value: Any, key: str, *, positive: bool = False, high: float | None = None) -> float:
         if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
             raise self.error(f"expected a number, got {_describe(value)}", key)
+        if high is not None and value > high:
+            raise self.error(f"must be at most {high:g}, got {value:g}", key)
         if positive and value <= 0:
             raise self.error(f"must be positive, got {value}", key)
         if value < 0:
@@ -229,8 +249,11 @@ def _describe(value: Any) -> str:
 def _parse(top: _Section) -> ClusterSpec:
     name = top.str("name", "")
     description = top.str("description", "")
-    nodes = top.int("nodes", 1, low=1)
+    nodes = top.int("nodes", 1, low=1, high=MAX_GPUS)
     node = _parse_node(top.section("node", required=True))
+    if nodes * node.gpus > MAX_GPUS:
+        raise top.error(f"{nodes:,} nodes of {node.gpus} GPUs are {nodes * node.gpus:,} GPUs; a cluster has at most "
+                        f"{MAX_GPUS:,} (the largest built are about 100,000)", "nodes")
     fabric_section = top.section("fabric")
     fabric = _parse_fabric(fabric_section, node) if fabric_section else None
     extra = tuple(_parse_edge(_Section(e, f"extra_edges[{i}]", top.source))
@@ -308,7 +331,7 @@ def _parse_nics(sec: _Section | None) -> tuple[float, ...]:
     rates = gbps if isinstance(gbps, list) else [gbps] * count
     if len(rates) != count:
         raise sec.error(f"lists {len(rates)} rates for {count} NICs", "gbps")
-    return tuple(sec.check_number(r, "gbps", positive=True) for r in rates)
+    return tuple(sec.check_number(r, "gbps", positive=True, high=MAX_NIC_GBPS) for r in rates)
 
 
 def _parse_groups(pcie: _Section, key: str, sockets: int) -> tuple[PcieGroup, ...]:
@@ -361,10 +384,10 @@ def _parse_latency(sec: _Section | None) -> dict[str, float]:
 
 def _parse_fabric(sec: _Section, node: NodeSpec) -> FabricSpec:
     default_gbps = max(node.nic_gbps, default=_REQUIRED)
-    fabric = FabricSpec(gbps=sec.number("gbps", default_gbps, positive=True),
-                        spines=sec.int("spines", None, low=1),
-                        nodes_per_leaf=sec.int("nodes_per_leaf", None, low=1),
-                        leaves_per_rail=sec.int("leaves_per_rail", None, low=1),
+    fabric = FabricSpec(gbps=sec.number("gbps", default_gbps, positive=True, high=MAX_NIC_GBPS),
+                        spines=sec.int("spines", None, low=1, high=MAX_GPUS),
+                        nodes_per_leaf=sec.int("nodes_per_leaf", None, low=1, high=MAX_GPUS),
+                        leaves_per_rail=sec.int("leaves_per_rail", None, low=1, high=MAX_GPUS),
                         oversubscription=sec.number("oversubscription", 1.0, positive=True),
                         lat_us=sec.number("lat_us", DEFAULT_NET_LATENCY_US),
                         sharp=sec.flag("sharp"))
