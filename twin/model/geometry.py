@@ -163,6 +163,16 @@ class CommGeometry:
         self._shares: dict[tuple, ChannelShare] = {}
         self._latencies: dict[tuple[str, Proto], float] = {}
 
+    def with_params(self, params: TwinParams) -> CommGeometry:
+        """The same ranks with other physical constants: routes, rings, trees and link loads
+        (which no constant changes) are shared with this geometry, shares and latencies are
+        worked out again.  A calibration evaluates one communicator under many parameter sets."""
+        other = object.__new__(CommGeometry)
+        other.__dict__.update(self.__dict__)
+        other.params = params
+        other._shares, other._latencies = {}, {}
+        return other
+
     @property
     def nranks(self) -> int:
         return len(self.ranks)
