@@ -209,7 +209,8 @@ def _least_squares(errors, space: FitSpace, chosen: list[str], x0: np.ndarray, l
         return np.concatenate([errors(space.params(full(z))) / DATA_SIGMA, z / PRIOR_SIGMA])
 
     lo, hi = low[idx], high[idx]
-    z0 = np.clip(x0[idx], lo, hi)
+    # Start inside the walls: trust-region reflective barely moves anything from a start on one.
+    z0 = np.clip(x0[idx], lo + 0.01 * (hi - lo), hi - 0.01 * (hi - lo))
     result = least_squares(residuals, z0, bounds=(lo, hi), loss="soft_l1", f_scale=1.0, diff_step=1e-3,
                            x_scale=1.0, max_nfev=100 * (len(idx) + 1))
     return full(result.x)

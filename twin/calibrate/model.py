@@ -5,8 +5,9 @@ would each measured call take?".  ``TwinModel`` answers it through the twin's ow
 (``twin.model.schedule``), with everything that does not depend on the constants worked out once:
 where each call ran (a communicator per launch shape, with NCCL's init facts), what ran (the
 recorded config, or what NCCL would choose under the recorded ``NCCL_ALGO``/``NCCL_PROTO``),
-and the routes and link loads of its geometry.  Calls that differ only in size are timed in one
-numpy evaluation, so one pass over a 1,024-row nccl-tests file costs a few milliseconds.
+and the routes and link loads of its geometry.  Calls that differ only in size, threads and chunk
+are timed in one numpy evaluation, so one pass over a 1,024-row nccl-tests file costs a few
+milliseconds, and over a thousand live trials tens.
 
 How a call is timed follows how it was measured: nccl-tests times calls issued back to back
 (``Schedule.back_to_back_us``: one-way collectives overlap); a call measured while compute held
@@ -25,7 +26,7 @@ from tuner.config import Algo, Config, Proto, parse_enum
 from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.calibrate.errors import CalibrationError
 from twin.calibrate.points import Point
-from twin.model.schedule import Schedule, Unsupported, build_schedule, check_supported
+from twin.model.schedule import Schedule, Unsupported, check_supported, schedule_for
 from twin.params import TwinParams
 from twin.placement import Communicator, PlacementError, task_shape
 from twin.predict import resolve
@@ -86,11 +87,11 @@ class TwinModel:
             comm = self._communicator(key, point)
             config = self._config(comm, point)
             self.configs.append(config)
-            groups.setdefault((key, point.task.op, point.task.dtype, config, point.back_to_back,
-                               point.measurement.interference > 0), []).append(i)
-        self._groups = [(key[0], key[1], key[3], key[4], key[5], np.array(idx),
-                         np.array([self.points[i].task.nbytes for i in idx], dtype=float))
-                        for key, idx in groups.items()]
+            groups.setdefault((key, point.task.op, config.algo, config.proto, config.transport, config.nchannels,
+                               point.back_to_back, point.measurement.interference > 0), []).append(i)
+        self._groups = [(key, np.array(idx), *(np.array(values, dtype=float) for values in zip(
+            *((self.points[i].task.nbytes, self.configs[i].nthreads, self.configs[i].chunk_bytes) for i in idx),
+            strict=True))) for key, idx in groups.items()]
         self._cached: tuple[TwinParams, np.ndarray] | None = None
 
     def __len__(self) -> int:
@@ -154,10 +155,11 @@ class TwinModel:
         comms = {key: comm.with_params(params) for key, comm in self._comms.items()}
         out = np.empty(len(self.points))
         scale = params.compute.copy_rate_under_compute
-        for key, op, config, back_to_back, interfered, idx, nbytes in self._groups:
+        for (key, op, algo, proto, transport, nchannels, back_to_back, interfered), idx, nbytes, nthreads, chunks \
+                in self._groups:
             comm = comms[key]
-            schedule = build_schedule(comm.geometry(config.transport), op, nbytes, config,
-                                      gpus_per_process=comm.gpus_per_process)
+            schedule = schedule_for(comm.geometry(transport), op, nbytes, algo, proto, nchannels, nthreads, chunks,
+                                    gpus_per_process=comm.gpus_per_process)
             if interfered:
                 out[idx] = interfered_us(schedule, scale)
             else:
