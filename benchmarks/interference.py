@@ -21,10 +21,11 @@ and writes the raw numbers as JSON.  ``--fit FILE`` (anywhere, CPU only) fits th
 ``compute.flops_fraction``, ``compute.hbm_fraction``, ``compute.copy_rate_under_compute``
 and ``cta.hbm_share``/``cta.threads_at_half_rate`` (the per-CTA copy rate of
 ``twin.model.protocols.cta_copy_gbps``) on part of the rows and prints predicted against
-measured for the rest (``twin.calibrate.kernels``).
+measured for the rest (``twin.calibrate.kernels`` says which rows are which).
 
     python benchmarks/interference.py --measure benchmarks/data/h200-interference.json   # GPU
-    python benchmarks/interference.py --fit benchmarks/data/h200-interference.json       # CPU
+    python benchmarks/interference.py --fit benchmarks/data/h200-interference.json \
+        --earlier benchmarks/data/h200-gpu-physics.json                                 # CPU
 """
 
 from __future__ import annotations
@@ -231,13 +232,18 @@ def measure(out_path: str) -> None:
             print("  ", {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()})
 
 
-def fit(path: str) -> None:
-    """Fit the twin's compute and interference parameters to part of ``path``'s rows, report the rest."""
-    from twin.calibrate.kernels import fit_kernels, kernel_samples
+def fit(path: str, earlier: str | None) -> None:
+    """Fit the twin's compute and interference parameters to part of ``path``'s rows, report the rest
+    (``earlier``: a ``gpu_physics.py`` JSON whose device copy checks the HBM share)."""
+    from twin.calibrate.kernels import fit_kernels, kernel_rows
 
     with open(path) as file:
         doc = json.load(file)
-    fitted = fit_kernels(kernel_samples(doc), doc["device"])
+    other = None
+    if earlier:
+        with open(earlier) as file:
+            other = json.load(file)
+    fitted = fit_kernels(kernel_rows(doc, other), doc["device"])
     print(f"# {path}: {doc['device']}, {doc['sm_count']} SMs, measured {doc['measured']} "
           f"(torch {doc['torch']}, cupy {doc['cupy']})")
     print(fitted.table())
@@ -248,11 +254,13 @@ def main() -> None:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--measure", metavar="FILE", help="time the kernels on this GPU and write the JSON here")
     what.add_argument("--fit", metavar="FILE", help="fit the twin's parameters to a file --measure wrote")
+    parser.add_argument("--earlier", metavar="FILE", help="with --fit: benchmarks/gpu_physics.py's JSON (its device "
+                        "copy is a held-out check of compute.hbm_fraction)")
     args = parser.parse_args()
     if args.measure:
         measure(args.measure)
     else:
-        fit(args.fit)
+        fit(args.fit, args.earlier)
 
 
 if __name__ == "__main__":

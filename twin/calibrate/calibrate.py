@@ -46,13 +46,28 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.profile import HeldOutError, HeldParam, ParamChange, Profile, ProfileMeta, save_profile
 from twin.topology import Cluster
 
-__all__ = ["RESIDUAL_GAIN", "WORSE", "CalibrationResult", "calibrate"]
+__all__ = ["RESIDUAL_GAIN", "WORSE", "CalibrationResult", "HeldOutPrediction", "calibrate"]
 
 RESIDUAL_GAIN = 0.9
 """The residual model is kept only when it brings the held-out error below this share of the
 physics fit's."""
 WORSE = 1.1
 """A size regime whose held-out error rises above this factor of the prior's gets a warning."""
+
+
+@dataclass(frozen=True)
+class HeldOutPrediction:
+    """One held-out point as one split scored it: relative busbw errors before and after."""
+
+    where: str
+    nbytes: int
+    split: str
+    predicted_us: float
+    """The time the split's fit predicts (the physics, without a residual model)."""
+    before: float
+    after: float
+    after_residual: float | None
+    """With the residual model of that split (``None`` when none was tried)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,8 @@ class CalibrationResult:
     residual: ResidualModel | None = None
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    predictions: tuple[HeldOutPrediction, ...] = ()
+    """Every scored held-out prediction (a point scored by several splits appears once per split)."""
 
     @property
     def accepted(self) -> bool:
@@ -128,7 +145,7 @@ def calibrate(measurements: Sequence[Point | Measurement], cluster: Cluster, *,
     before_us = model.times(prior_params)
     check_units(points, before_us)
     measured = model.measured_us
-    sizes, before, after, corrected = [], [], [], []
+    sizes, before, after, corrected, scored = [], [], [], [], []
     outside = 0
     for split in holdout.splits(points):
         train, test = np.array(split.train), np.array(split.test)
@@ -144,6 +161,10 @@ def calibrate(measurements: Sequence[Point | Measurement], cluster: Cluster, *,
             outside += sum(f is None for f in factors)
             fixed = after_us[test] * np.array([1.0 if f is None else f for f in factors])
             corrected += list(busbw_errors(measured[test], fixed))
+        scored += [(points[i].where, points[i].task.nbytes, split.name, float(after_us[i])) for i in test]
+    predictions = tuple(HeldOutPrediction(*where, float(b), float(a), float(c) if residual else None)
+                        for where, b, a, c in zip(scored, before, after, corrected if residual else before,
+                                                  strict=True))
     rows = error_rows(sizes, before, after, corrected if residual else None)
     score = {key: heldout_score(rows, key) for key in ("before_pct", "after_pct", "after_residual_pct")}
     notes_out = list(model.notes)
@@ -158,7 +179,7 @@ def calibrate(measurements: Sequence[Point | Measurement], cluster: Cluster, *,
                        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), points=len(points),
                        holdout=holdout.describe(), heldout=rows, stack=stack, notes=_notes(points, notes))
     common = dict(prior=prior_params, heldout=rows, holdout=holdout.describe(), warnings=tuple(warnings),
-                  notes=tuple(notes_out))
+                  notes=tuple(notes_out), predictions=predictions)
     if score["after_pct"] >= score["before_pct"]:
         reason = (f"the fit does not lower the held-out error (mean of the size regimes' medians: "
                   f"{score['before_pct']:.1f} % before, {score['after_pct']:.1f} % after)")

@@ -153,7 +153,7 @@ def _identifiable(jac: np.ndarray, error: np.ndarray, names: tuple[str, ...], x:
         elif sensitivity[name] < SENSITIVITY_MIN:
             held[name] = (f"the measurements do not depend on it (a factor of two moves them by "
                           f"{100 * sensitivity[name]:.2g} % rms)")
-        elif (push > 0 and high[j] - x[j] < 1e-6) or (push < 0 and x[j] - low[j] < 1e-6):
+        elif j not in seed and ((push > 0 and high[j] - x[j] < 1e-6) or (push < 0 and x[j] - low[j] < 1e-6)):
             held[name] = (f"the data asks for it {'above' if push > 0 else 'below'} its plausible range, where it "
                           "sits already: a mechanism the twin lacks, not this constant")
         else:
