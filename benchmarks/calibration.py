@@ -57,14 +57,16 @@ MIN_NBYTES = 1 << 20
 
 def regime_medians(result) -> dict:
     """Median held-out busbw error (%) at ≥ 1 MiB and below: before, physics fit, what ``calibrate``
-    delivers (with the residual model where it kept one); ``None`` where no point is held out."""
+    delivers (with the residual model where it kept one; the uncalibrated twin when it refused);
+    ``None`` where no point is held out."""
     out = {}
     for key, keep in (("big", lambda n: n >= MIB), ("small", lambda n: n < MIB)):
         preds = [p for p in result.predictions if keep(p.nbytes)]
         if not preds:
             out[key], out[f"n_{key}"] = None, 0
             continue
-        delivered = [p.after_residual if result.residual is not None else p.after for p in preds]
+        delivered = [p.before if not result.accepted else p.after_residual if result.residual is not None
+                     else p.after for p in preds]
         out[key] = tuple(100 * statistics.median(v) for v in ([p.before for p in preds], [p.after for p in preds],
                                                               delivered))
         out[f"n_{key}"] = len(preds)

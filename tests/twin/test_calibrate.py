@@ -407,3 +407,16 @@ def test_fitting_is_quick_enough_for_a_file(cluster):
     model = TwinModel(cluster, points)
     out = fit(lambda p: model.log_errors(p), DEFAULT_PARAMS)
     assert out.evaluations < 400 and math.isfinite(out.rms_after) and out.rms_after < out.rms_before
+
+
+def test_a_kineto_trace_gives_its_nccl_kernels_with_their_algorithm_and_protocol():
+    trace = Path(__file__).resolve().parents[1] / "data/traces/capture-h200/ddp-iteration-rank0.kineto.json.gz"
+    (point,) = read_points([trace])
+    m = point.measurement
+    assert m.task == Task(Op.ALLREDUCE, 46163968, 2, "float32") and m.env == {"NCCL_ALGO": "RING", "NCCL_PROTO": "LL"}
+    assert m.source == "live" and m.hardware == "NVIDIA H200" and m.nccl_version == "2.28.9"
+    assert m.time_us == pytest.approx(20579.03, abs=0.01) and m.interference == 0.0
+    model = TwinModel(load_cluster("hgx-h200"), [point])
+    assert (model.configs[0].algo, model.configs[0].proto) == (Algo.RING, Proto.LL)
+    with pytest.raises(CalibrationError, match="their hardware names H200, cluster dgx-a100:8x1 has A100"):
+        calibrate([point] * 6, load_cluster(A100))

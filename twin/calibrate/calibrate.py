@@ -11,9 +11,11 @@ Picture a 2-node H200 cluster whose nccl-tests logs and live tuning trials sit i
    (the prior) and after, per size regime; with ``residual``, also with a residual model
    (``twin.calibrate.residual``) fitted on the same training points on top;
 4. refuses the fit (``CalibrationResult.refused``; ``save`` then writes nothing) when its
-   held-out score, the mean over the size regimes of their median error (each regime counts the
-   same, however many sizes it has), is not lower than the prior's; keeps the residual model only
-   when it brings that score below ``RESIDUAL_GAIN`` of the physics fit's;
+   held-out score, the geometric mean over the size regimes of their median error (each
+   regime's relative change counts the same, ``holdout.heldout_score``), is not lower than the
+   prior's, or when one regime gets worse than ``WORSE`` times its error before plus
+   ``WORSE_POINTS`` (an average gain bought with one regime is no improvement); keeps the residual
+   model only when it brings that score below ``RESIDUAL_GAIN`` of the physics fit's;
 5. otherwise fits on every point (``twin.calibrate.fit``) and returns the constants with a
    profile's provenance: the cluster, sources, points, NCCL, date, what moved and by how much,
    what was held and why, the held-out table and the profiles it was stacked on.
@@ -46,13 +48,15 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.profile import HeldOutError, HeldParam, ParamChange, Profile, ProfileMeta, save_profile
 from twin.topology import Cluster
 
-__all__ = ["RESIDUAL_GAIN", "WORSE", "CalibrationResult", "HeldOutPrediction", "calibrate"]
+__all__ = ["RESIDUAL_GAIN", "WORSE", "WORSE_POINTS", "CalibrationResult", "HeldOutPrediction", "calibrate"]
 
 RESIDUAL_GAIN = 0.9
 """The residual model is kept only when it brings the held-out error below this share of the
 physics fit's."""
 WORSE = 1.1
-"""A size regime whose held-out error rises above this factor of the prior's gets a warning."""
+WORSE_POINTS = 1.0
+"""A size regime whose held-out error rises above ``WORSE`` times the prior's plus ``WORSE_POINTS``
+percentage points refuses the fit."""
 
 
 @dataclass(frozen=True)
@@ -172,17 +176,21 @@ def calibrate(measurements: Sequence[Point | Measurement], cluster: Cluster, *,
         notes_out.append(f"the residual model saw no call like {outside} of {len(sizes)} held-out predictions "
                          "(another op, GPU count, algorithm or protocol, or a size outside those seen): "
                          "those got the physics alone")
-    warnings += [f"held-out error {r.regime} rose from {r.before_pct:.1f} % to {r.after_pct:.1f} %" for r in rows
-                 if r.regime != ALL and r.after_pct > WORSE * r.before_pct]
+    worse = [r for r in rows if r.regime != ALL and r.after_pct > WORSE * r.before_pct + WORSE_POINTS]
     use_residual = residual and score["after_residual_pct"] < RESIDUAL_GAIN * score["after_pct"]
     meta = ProfileMeta(hardware=cluster.identity, nccl_version=_versions(points), sources=tuple(map(str, sources)),
                        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), points=len(points),
                        holdout=holdout.describe(), heldout=rows, stack=stack, notes=_notes(points, notes))
     common = dict(prior=prior_params, heldout=rows, holdout=holdout.describe(), warnings=tuple(warnings),
                   notes=tuple(notes_out), predictions=predictions)
+    reason = None
     if score["after_pct"] >= score["before_pct"]:
-        reason = (f"the fit does not lower the held-out error (mean of the size regimes' medians: "
+        reason = (f"the fit does not lower the held-out error (geometric mean of the size regimes' medians: "
                   f"{score['before_pct']:.1f} % before, {score['after_pct']:.1f} % after)")
+    elif worse:
+        reason = "the fit makes held-out errors worse " + ", ".join(
+            f"{r.regime} ({r.before_pct:.1f} % before, {r.after_pct:.1f} % after)" for r in worse)
+    if reason:
         return CalibrationResult(params=prior_params, profile_meta=meta, refused=reason, **common)
     final = fit(lambda p: model.log_errors(p), prior_params, parameters, start=start)
     values, fitted_values = prior_params.to_dict(), final.params.to_dict()

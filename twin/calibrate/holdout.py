@@ -33,6 +33,8 @@ REGIMES = (("< 64 KiB", 0, 64 * KIB), ("64 KiB - 1 MiB", 64 * KIB, MIB), (">= 1 
 """Size regimes of the error table: latency-bound, between, bandwidth-bound."""
 ALL = "all sizes"
 MIN_TRAIN = 3
+SCORE_FLOOR = 1e-6
+"""Smallest median error (%) a score counts (an exact fit scores this, not zero)."""
 """Fewest points a split may fit on."""
 
 
@@ -138,15 +140,19 @@ def error_rows(sizes: Sequence[int], before: Sequence[float], after: Sequence[fl
 
 
 def heldout_score(rows: Sequence[HeldOutError], key: str = "after_pct") -> float:
-    """The mean over the size regimes (not the all-sizes row) of their median error ``key``
-    (``before_pct``, ``after_pct``, ``after_residual_pct``; ``inf`` where it was not measured).
+    """The geometric mean over the size regimes (not the all-sizes row) of their median error
+    ``key`` (``before_pct``, ``after_pct``, ``after_residual_pct``; ``inf`` where it was not
+    measured): every regime's relative change counts the same, however many sizes it has and
+    however large its error (a regime the model misses by 200 % does not drown the others).
 
-    >>> heldout_score([HeldOutError("< 64 KiB", 9, 10.0, 4.0), HeldOutError(">= 1 MiB", 3, 6.0, 2.0),
+    >>> heldout_score([HeldOutError("< 64 KiB", 9, 16.0, 4.0), HeldOutError(">= 1 MiB", 3, 4.0, 1.0),
     ...                HeldOutError(ALL, 12, 9.0, 3.0)])
-    3.0
+    2.0
     """
     values = [getattr(r, key) for r in rows if r.regime != ALL]
-    return math.inf if not values or None in values else sum(values) / len(values)
+    if not values or None in values:
+        return math.inf
+    return math.exp(sum(math.log(max(v, SCORE_FLOOR)) for v in values) / len(values))
 
 
 def _median(values: Sequence[float], idx: Sequence[int]) -> float:

@@ -7,20 +7,30 @@ host thread drove (nccl-tests ``-g``) and, for logs, the hardware description of
 
 ``read_points`` takes files and stores as ``ccltwin calibrate --measurements`` names them: an
 SQLite tuning store (its history, without twin predictions), a JSON or JSON-lines file of
-measurement records (``Measurement.to_dict``, as ``ccltwin bench`` writes them), or any
-nccl-tests result file ``traces.nccl_tests`` reads.
+measurement records (``Measurement.to_dict``, as ``ccltwin bench`` writes them), a PyTorch
+profiler (Kineto) trace, or any nccl-tests result file ``traces.nccl_tests`` reads.
+
+From a Kineto trace every NCCL kernel with a size becomes a ``live`` measurement of its GPU
+duration, with the algorithm and protocol its kernel name says (``..._RING_LL``) as forced
+``NCCL_ALGO``/``NCCL_PROTO``, and as interference the share of its duration that compute kernels
+of the same rank ran beside it.  A kernel's duration includes waiting for late peers, which the
+fit's robust loss keeps from dominating.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
 
 from traces.errors import TraceError
+from traces.kineto import read_kineto
 from traces.nccl_tests import read_nccl_tests
+from traces.schema import CollectiveEvent, ComputeEvent
 from traces.task import Task
 from tuner.codec import FieldError
 from tuner.measurement import Measurement, read_nccl_tests_measurements
@@ -85,6 +95,8 @@ def read_points(sources: Sequence[str | PathLike[str]], *, hardware: str | None 
             head = file.read(len(SQLITE_MAGIC))
         if head == SQLITE_MAGIC:
             out += _store_points(path, hardware, gpus_per_process or 1)
+        elif _is_kineto(path):
+            out += _trace_points(path, hardware, gpus_per_process or 1)
         elif path.suffix in (".jsonl", ".json") and _holds_records(path):
             out += _record_points(path, gpus_per_process or 1)
         else:
@@ -143,3 +155,51 @@ def _log_points(path: Path, hardware: str | None, gpus_per_process: int | None) 
     per_process = gpus_per_process or log.gpus_per_thread or 1
     return [Point(measurement=m, where=f"{path}: {m.task.nbytes} B {m.task.dtype}", gpus_per_process=per_process,
                   described=log.header.get("HARDWARE", "")) for m in measurements]
+
+
+_KERNEL_CONFIG = re.compile(r"_(RING|TREE|NVLS_TREE|NVLSTREE|NVLS|COLLNET_DIRECT|COLLNET_CHAIN|PAT)"
+                            r"_(LL128|LL|SIMPLE)\b")
+"""The algorithm and protocol in an NCCL kernel's name (``ncclDevKernel_AllReduce_Sum_f32_RING_LL``)."""
+
+
+def _is_kineto(path: Path) -> bool:
+    """A PyTorch profiler trace (plain or gzipped JSON with Kineto's top-level keys)."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as file:
+            start = file.read(4096)
+    except (OSError, EOFError):
+        return False
+    return start.lstrip().startswith("{") and any(key in start for key in ('"schemaVersion"', '"traceEvents"',
+                                                                           '"deviceProperties"'))
+
+
+def _trace_points(path: Path, hardware: str | None, gpus_per_process: int) -> list[Point]:
+    try:
+        trace = read_kineto([path])
+    except TraceError as err:
+        raise CalibrationError(str(err)) from None
+    devices = ", ".join(trace.metadata.get("devices") or [])
+    hardware = hardware or devices or path.name
+    out = []
+    for rank in trace.ranks:
+        busy = [(e.start_us, e.end_us) for e in rank.events if isinstance(e, ComputeEvent)
+                and e.start_us is not None and e.end_us is not None]
+        for event in rank.events:
+            if not isinstance(event, CollectiveEvent) or not event.nbytes or event.start_us is None \
+                    or event.end_us is None or event.end_us <= event.start_us:
+                continue
+            ranks = trace.group(event.group).ranks
+            span = event.end_us - event.start_us
+            beside = sum(max(0.0, min(end, event.end_us) - max(start, event.start_us)) for start, end in busy)
+            env = {}
+            if match := _KERNEL_CONFIG.search(event.name or ""):
+                env = {"NCCL_ALGO": match[1].replace("_", ""), "NCCL_PROTO": match[2]}
+            task = Task(event.op, event.nbytes, len(ranks), event.dtype, trace.shape(ranks) or "")
+            m = Measurement(task=task, config=None, time_us=span, source="live", hardware=hardware,
+                            nccl_version=trace.metadata.get("nccl_version") or "", env=env,
+                            interference=min(1.0, beside / span), comm=event.group)
+            out.append(Point(measurement=m, where=f"{path}: rank {rank.rank} event {event.id} ({event.op} "
+                                                  f"{event.nbytes} B)", gpus_per_process=gpus_per_process,
+                             described=devices))
+    return out

@@ -30,7 +30,7 @@ def heldout_table(rows: Sequence[HeldOutError], holdout: str) -> str:
     scores = [heldout_score(rows, key) for key in ("before_pct", "after_pct", "after_residual_pct")]
     tail = f" {scores[2]:>8.1f}%" if residual else ""
     lines.append(f"{'score':<16} {'':>6} {scores[0]:>7.1f}% {scores[1]:>7.1f}%{tail}  "
-                 "(mean of the regimes' medians: what the verdict compares)")
+                 "(geometric mean of the regimes' medians: what the verdict compares)")
     return "\n".join(lines)
 
 
