@@ -44,21 +44,14 @@ def changes_lines(changes: Sequence[ParamChange], held: Sequence[HeldParam]) -> 
                      f"({100 * c.relative:+.1f} %)")
     if held:
         lines.append(f"held at the prior ({len(held)}):")
-        by_reason: dict[str, list[str]] = {}
-        for h in held:
-            by_reason.setdefault(_reason_kind(h.reason), []).append(h.name if h.reason.startswith(_INSENSITIVE)
-                                                                     else f"{h.name} ({h.reason})")
-        for kind, names in by_reason.items():
-            lines.append(f"  {kind}: {', '.join(names)}" if kind == _INSENSITIVE else f"  {'; '.join(names)}")
+        unseen = [h.name for h in held if h.reason.startswith(_INSENSITIVE)]
+        if unseen:  # the data does not see them at all: one line
+            lines.append(f"  {_INSENSITIVE}: {', '.join(unseen)}")
+        lines += [f"  {h.name}: {h.reason}" for h in held if not h.reason.startswith(_INSENSITIVE)]
     return lines
 
 
 _INSENSITIVE = "the measurements do not depend on it"
-
-
-def _reason_kind(reason: str) -> str:
-    """Held constants the data does not see at all are listed on one line; others one by one."""
-    return _INSENSITIVE if reason.startswith(_INSENSITIVE) else reason
 
 
 def _layer_line(meta: ProfileMeta) -> str:

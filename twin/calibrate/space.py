@@ -2,12 +2,14 @@
 
 A fit works in ``x = log(value / prior)``: every constant, a 0.84 efficiency or a 3.4 µs step,
 moves by relative amounts on the same scale, and ``x = 0`` is the prior.  Each constant may move
-only within its *plausible range*, the prior times the factors of ``SPREAD`` for its unit, cut to
-its valid range (``TwinParams.bounds``): an efficiency stays at most 1, a latency at least half of
-what NCCL's tables or the public measurements behind the prior say, so that a fitted profile keeps
-its physical meaning on systems it was not fitted on.  Beyond those walls a Gaussian prior
-(``PRIOR_SIGMA`` in ``x``) pulls every moved constant back to its prior, so a few points cannot
-drag a constant far for a small gain.
+only within its *plausible range*: its sourced value (``DEFAULT_PARAMS``, the *anchor*) times the
+factors of ``SPREAD`` for its unit, cut to its valid range (``TwinParams.bounds``): an efficiency
+stays at most 1, a latency at least 80 % of what NCCL's tables or the public measurements behind it
+say, so that a fitted profile keeps its physical meaning on systems it was not fitted on.  The
+range is the anchor's, not the prior's, so fits stacked on fits cannot walk away from physics (a
+prior outside it starts at its nearest wall).  Within the walls a Gaussian prior (``PRIOR_SIGMA``
+in ``x``) pulls every moved constant back to its prior, so a few points cannot drag a constant far
+for a small gain.
 
 Not fitted by default (``NOT_FITTED``): the packet headers (protocol facts: NVLink's 16-byte
 header, a PCIe TLP's 24) and the compute shares of the trace replay (no collective measures them;
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from twin.calibrate.errors import CalibrationError
-from twin.params import TwinParams
+from twin.params import DEFAULT_PARAMS, TwinParams
 
 __all__ = ["DEFAULT_FREE", "NOT_FITTED", "PRIOR_SIGMA", "SPREAD", "FitSpace"]
 
@@ -55,6 +57,8 @@ class FitSpace:
 
     prior: TwinParams
     names: tuple[str, ...]
+    anchor: TwinParams = DEFAULT_PARAMS
+    """The values the plausible ranges are drawn around (the sourced constants)."""
 
     def __post_init__(self) -> None:
         known = TwinParams.bounds()
@@ -62,8 +66,8 @@ class FitSpace:
         if unknown:
             raise CalibrationError(f"unknown parameter(s) {', '.join(map(repr, unknown))}; "
                                    f"the twin's parameters are {', '.join(known)}")
-        values = self.prior.to_dict()
-        zero = [n for n in self.names if values[n] <= 0]
+        values, anchor = self.prior.to_dict(), self.anchor.to_dict()
+        zero = [n for n in self.names if values[n] <= 0 or anchor[n] <= 0]
         if zero:
             raise CalibrationError(f"cannot fit {', '.join(zero)}: a prior of 0 has no relative scale; "
                                    "give a prior profile with a positive value")
@@ -73,13 +77,15 @@ class FitSpace:
         return cls(prior, tuple(DEFAULT_FREE if names is None else names))
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """The plausible range of every constant, in ``x``."""
-        values, valid, units = self.prior.to_dict(), TwinParams.bounds(), TwinParams.units()
+        """The plausible range of every constant, in ``x`` (a prior outside it has a range that
+        does not hold 0: the fit starts at the nearest wall)."""
+        values, anchor = self.prior.to_dict(), self.anchor.to_dict()
+        valid, units = TwinParams.bounds(), TwinParams.units()
         low, high = [], []
         for name in self.names:
             down, up = SPREAD[units[name]]
-            v = values[name]
-            lo, hi = max(valid[name][0], v * down), min(valid[name][1], v * up)
+            a, v = anchor[name], values[name]
+            lo, hi = max(valid[name][0], a * down), min(valid[name][1], a * up)
             low.append(math.log(lo / v))
             high.append(math.log(hi / v))
         return np.array(low), np.array(high)
