@@ -109,7 +109,7 @@ def test_collinear_constants_are_held_and_say_which_constant_explains_them(clust
     points = [Point(measurement=m, where=f"m{i}") for i, m in enumerate(synthetic(DEFAULT_PARAMS, cluster))
               if m.config.nthreads == 512 and m.config.proto is Proto.SIMPLE and m.config.algo is Algo.RING]
     model = TwinModel(cluster, points)
-    out = fit(lambda p: model.log_errors(p), DEFAULT_PARAMS.replace(**{"cta.hbm_share": 0.03}),
+    out = fit(lambda p: model.log_errors(p), DEFAULT_PARAMS.replace(**{"cta.hbm_share": 0.026}),
               ["cta.hbm_share", "cta.threads_at_half_rate"])
     assert len(out.free) == 1
     (held,) = out.held
@@ -420,3 +420,13 @@ def test_a_kineto_trace_gives_its_nccl_kernels_with_their_algorithm_and_protocol
     assert (model.configs[0].algo, model.configs[0].proto) == (Algo.RING, Proto.LL)
     with pytest.raises(CalibrationError, match="their hardware names H200, cluster dgx-a100:8x1 has A100"):
         calibrate([point] * 6, load_cluster(A100))
+
+
+def test_a_prior_outside_the_plausible_range_is_pulled_inside_it(cluster):
+    """The walls are drawn around the sourced constants, not the prior: a prior profile whose CTA
+    rate is twice the sourced one cannot keep it."""
+    truth = DEFAULT_PARAMS.replace(**TRUTH)
+    far = DEFAULT_PARAMS.replace(**{"cta.hbm_share": 0.043})
+    fitted = calibrate(synthetic(truth, cluster), cluster, prior=far).params
+    assert fitted.cta.hbm_share <= DEFAULT_PARAMS.cta.hbm_share * SPREAD["fraction"][1] * (1 + 1e-9)
+    assert fitted.cta.hbm_share == pytest.approx(TRUTH["cta.hbm_share"], rel=0.05)

@@ -97,8 +97,9 @@ def fit(errors: Callable[[TwinParams], np.ndarray], prior: TwinParams, names: Se
         return errors(params)
 
     base = counted(prior)
-    x_start = space.x(start) if start is not None else np.zeros(len(space.names))
     low, high = space.bounds()
+    # A prior outside its plausible range starts at the nearest wall.
+    x_start = space.x(start) if start is not None else np.clip(np.zeros(len(space.names)), low, high)
     x = np.zeros(len(space.names))
     chosen: list[str] = []
     held: dict[str, str] = {}
