@@ -82,7 +82,7 @@ def kernel_rows(doc: dict, earlier: dict | None = None) -> list[KernelRow]:
                           r["compute"] == "gemm" and r["ctas"] in UNDER_FIT_CTAS)
                 for r in rows["copy_under"] if r["copy_ratio"] is not None]
         out += [KernelRow("compute_under", f"{r['compute']} beside {r['by']} {r['ctas']}x{r['threads']}", r["speed"],
-                          {"ctas": r["ctas"], "by": r["by"]}, False)
+                          {"ctas": r["ctas"], "by": r["by"], "compute": r["compute"]}, False)
                 for r in rows["compute_under"] if r["speed"] is not None]
     except (KeyError, TypeError) as err:
         raise CalibrationError(f"not a file of benchmarks/interference.py --measure (missing {err})") from None
@@ -134,16 +134,18 @@ class KernelFit:
         lines += [f"{n:<34} held: {why}" for n, why in self.held.items()]
         lines.append("")
         lines.append(f"{'kernel':<44} {'used':>4} {'measured':>10} {'twin':>10} {'error':>7}")
-        for kind, unit in (("gemm", "ms"), ("elementwise", "ms"), ("copy", "ms"), ("copy_under", "ratio"),
-                           ("compute_under", "speed")):
-            chosen = [r for r in self.rows if r.kind == kind]
-            errors = []
+        units_of = {"gemm": "ms", "elementwise": "ms", "copy": "ms", "copy_under": "ratio", "compute_under": "speed"}
+        groups: dict[tuple, list[KernelRow]] = {}
+        for r in self.rows:  # the copy beside each compute, each compute beside copies or spinning CTAs
+            groups.setdefault((r.kind, r.work.get("compute", ""), r.work.get("by", "")), []).append(r)
+        for (kind, _, _), chosen in groups.items():
+            held = []
             for r in chosen:
                 p = self.predicted(r)
-                errors.append(abs(p / r.measured - 1) if not r.fitted else None)
+                if not r.fitted:
+                    held.append(abs(p / r.measured - 1))
                 lines.append(f"{r.label:<44} {'fit' if r.fitted else '':>4} {r.measured:>10.4g} {p:>10.4g} "
-                             f"{100 * (p / r.measured - 1):>+6.1f}%  {unit}")
-            held = [e for e in errors if e is not None]
+                             f"{100 * (p / r.measured - 1):>+6.1f}%  {units_of[kind]}")
             if held:
                 lines.append(f"{'':<44} held-out median |error| {100 * float(np.median(held)):.1f} % "
                              f"over {len(held)} rows")
