@@ -25,8 +25,7 @@ from twin.calibrate.errors import CalibrationError
 from twin.calibrate.points import Point
 from twin.profile import HeldOutError
 
-__all__ = ["ALL", "DEFAULT_HOLDOUT", "REGIMES", "Holdout", "Split", "busbw_errors", "error_rows", "heldout_score",
-           "regime_of"]
+__all__ = ["ALL", "DEFAULT_HOLDOUT", "REGIMES", "Holdout", "Split", "busbw_errors", "error_rows", "heldout_score"]
 
 KIB, MIB = 1 << 10, 1 << 20
 REGIMES = (("< 64 KiB", 0, 64 * KIB), ("64 KiB - 1 MiB", 64 * KIB, MIB), (">= 1 MiB", MIB, math.inf))
@@ -36,15 +35,6 @@ MIN_TRAIN = 3
 SCORE_FLOOR = 1e-6
 """Smallest median error (%) a score counts (an exact fit scores this, not zero)."""
 """Fewest points a split may fit on."""
-
-
-def regime_of(nbytes: int) -> str:
-    """The ``REGIMES`` label of a message size.
-
-    >>> regime_of(1 << 10), regime_of(1 << 20)
-    ('< 64 KiB', '>= 1 MiB')
-    """
-    return next(label for label, low, high in REGIMES if low <= nbytes < high)
 
 
 def busbw_errors(measured_us: np.ndarray, predicted_us: np.ndarray) -> np.ndarray:
