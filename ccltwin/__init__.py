@@ -8,7 +8,7 @@ line on stderr and exit status 2 in one place, ``ccltwin.cli``.
 
 from __future__ import annotations
 
-from ccltwin import bench, dashboard, rank, simulate, store, topology, trace, tune, whatif
+from ccltwin import bench, calibrate, dashboard, rank, simulate, store, topology, trace, tune, whatif
 from ccltwin.cli import App
 
 __all__ = ["app", "main"]
@@ -21,6 +21,7 @@ app.command()(whatif.whatif)
 app.command()(tune.tune)
 app.command()(dashboard.dashboard)
 app.command()(bench.bench)
+app.command()(calibrate.calibrate)
 app.add_typer(topology.app, name="topology", help="List, show and import cluster topologies.")
 app.add_typer(trace.app, name="trace", help="Import collective traces and summarise their tasks.")
 app.add_typer(store.app, name="store", help="Show the tuning store, import nccl-tests logs, export winners.")

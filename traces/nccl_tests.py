@@ -83,6 +83,9 @@ class NcclTestsLog:
     nccl_version: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     format: str = "text"
+    gpus_per_thread: int | None = None
+    """GPUs one nccl-tests thread drives (``-g``, the header's ``nGpus``); ``None`` where the
+    file does not say."""
 
     @property
     def busbw(self) -> list[float]:
@@ -124,6 +127,7 @@ def read_nccl_tests(path: str | PathLike[str]) -> NcclTestsLog:
         nccl_version=_find_nccl_version(lines, header),
         env=_find_env(header),
         format=fmt,
+        gpus_per_thread=_find_gpus_per_thread(lines, header),
     )
 
 
@@ -512,6 +516,16 @@ def _nranks_from_command(command: str, per_process: int | None) -> int | None:
     if per_process is not None and gpus is None and threads is None:
         return nprocs * per_process
     return nprocs * (gpus or 1) * (threads or 1)
+
+
+def _find_gpus_per_thread(lines: list[str], header: dict[str, str]) -> int | None:
+    """From the "# nThread T nGpus G" line, else the ``-g`` of COMMAND's nccl-tests binary."""
+    for line in lines:
+        if match := _NTHREAD_NGPUS.match(line):
+            return int(match[2])
+    tokens = header.get("COMMAND", "").split()
+    binary = next((i for i, token in enumerate(tokens) if _PERF.search(token)), None)
+    return None if binary is None else _option(tokens[binary + 1:], ("-g", "--ngpus"))
 
 
 _RUNTIME_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")

@@ -384,7 +384,7 @@ def test_save_writes_every_parameter_atomically(tmp_path):
     path.write_text("old")
     save_profile(DEFAULT_PARAMS, path, meta=META)
     doc = json.loads(path.read_text())
-    assert doc["format"] == "ccltwin-profile" and doc["version"] == 1
+    assert doc["format"] == "ccltwin-profile" and doc["version"] == 2
     assert doc["params"] == DEFAULT_PARAMS.to_dict() and doc["meta"]["points"] == 412
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # no temporary file left
 
@@ -399,7 +399,7 @@ def _doc(**changes) -> dict:
     ("{", r"not a readable JSON profile \(Expecting property name"),
     ("[]", 'not a ccltwin profile \\(expected "format": "ccltwin-profile"\\)'),
     (json.dumps(_doc(format="ccltwin-plan")), "not a ccltwin profile"),
-    (json.dumps(_doc(version=2)), "profile version 2 is not supported; this ccltwin reads version 1"),
+    (json.dumps(_doc(version=3)), "profile version 3 is not supported; this ccltwin reads versions 1, 2"),
     (json.dumps(_doc(version="1")), "profile.version: expected an integer, got '1'"),
     (json.dumps(_doc(extra=1)), "unknown field\\(s\\) 'extra'"),
     (json.dumps({"format": "ccltwin-profile", "version": 1}), "profile: missing 'params'"),

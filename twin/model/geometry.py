@@ -86,6 +86,11 @@ class _Load:
     uses: dict = field(default_factory=dict)
     net_sends: dict = field(default_factory=dict)
     net_recvs: dict = field(default_factory=dict)
+    _links: dict = field(default_factory=dict, repr=False, compare=False)
+    """``links`` answers by the link efficiencies they were computed with (the last few): a
+    calibration evaluates one load under many constants, most of which leave them alone."""
+    _kinds: list | None = field(default=None, repr=False, compare=False)
+    """The (link kind, DMA, through a CPU) of the uses, in first-use order, once asked."""
 
     def plus(self, flows: list[Flow], copies: int = 1) -> _Load:
         out = _Load(dict(self.uses), dict(self.net_sends), dict(self.net_recvs))
@@ -99,21 +104,31 @@ class _Load:
                 out.net_recvs[f.dst] = out.net_recvs.get(f.dst, 0) + copies
         return out
 
-    def links(self, proto: Proto, params: TwinParams) -> tuple[LinkUse, ...]:
-        """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``."""
-        raw: dict[tuple[str, str], float] = {}
-        capacity: dict[tuple[str, str], float] = {}
-        efficiency: dict[tuple[str, bool, bool], float] = {}
-        for (h, dma, via_cpu), count in self.uses.items():
-            kind = (h.kind, dma, via_cpu)
-            if kind not in efficiency:
-                # NIC transfers are large RDMA writes whatever the protocol's store size.
-                efficiency[kind] = store_efficiency(proto, h.kind, dma=dma, params=params) * (
-                    params.link.root_complex_p2p_efficiency if via_cpu else 1.0)
-            link = (h.src, h.dst)
-            raw[link] = raw.get(link, 0.0) + count / efficiency[kind]
-            capacity[link] = h.bw
-        return tuple(LinkUse(k, v, capacity[k]) for k, v in raw.items())
+    def links(self, proto: Proto, params: TwinParams) -> tuple[tuple[LinkUse, ...], float]:
+        """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``,
+        and the payload rate of one channel flow on the busiest of them."""
+        # NIC transfers are large RDMA writes whatever the protocol's store size.
+        efficiency = {kind: store_efficiency(proto, kind[0], dma=kind[1], params=params) * (
+            params.link.root_complex_p2p_efficiency if kind[2] else 1.0) for kind in self.kinds()}
+        key = tuple(efficiency.items())
+        if key not in self._links:
+            raw: dict[tuple[str, str], float] = {}
+            capacity: dict[tuple[str, str], float] = {}
+            for (h, dma, via_cpu), count in self.uses.items():
+                link = (h.src, h.dst)
+                raw[link] = raw.get(link, 0.0) + count / efficiency[(h.kind, dma, via_cpu)]
+                capacity[link] = h.bw
+            if len(self._links) >= _LINKS_KEPT:
+                del self._links[next(iter(self._links))]
+            links = tuple(LinkUse(k, v, capacity[k]) for k, v in raw.items())
+            self._links[key] = links, min((u.capacity / u.raw_per_payload for u in links), default=math.inf)
+        return self._links[key]
+
+    def kinds(self) -> list[tuple[str, bool, bool]]:
+        """The (link kind, DMA, through a CPU) of the uses, in first-use order."""
+        if self._kinds is None:
+            self._kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in self.uses))
+        return self._kinds
 
     def busiest_proxy_us(self, proto: Proto, cpu_vendor: str, params: TwinParams) -> float:
         """CPU time the busiest proxy thread spends on one step of every flow.
@@ -127,10 +142,13 @@ class _Load:
         return actions * proxy_action_us(cpu_vendor, params)
 
 
+_LINKS_KEPT = 8
+"""Link-use tables a load keeps (one per set of link efficiencies)."""
+
+
 def _share(load: _Load, proto: Proto, step_us: float, params: TwinParams) -> ChannelShare:
     """The share of the channels whose flows make ``load``; ``step_us``: the latency of one step."""
-    links = load.links(proto, params)
-    gbps = min((u.capacity / u.raw_per_payload for u in links), default=math.inf)
+    links, gbps = load.links(proto, params)
     return ChannelShare(gbps=gbps, step_us=step_us, links=links)
 
 
@@ -163,6 +181,16 @@ class CommGeometry:
         self._loads: dict[str, list[_Load]] = {}
         self._shares: dict[tuple, ChannelShare] = {}
         self._latencies: dict[tuple[str, Proto], float] = {}
+
+    def with_params(self, params: TwinParams) -> CommGeometry:
+        """The same ranks with other physical constants: routes, rings, trees and link loads
+        (which no constant changes) are shared with this geometry, shares and latencies are
+        worked out again.  A calibration evaluates one communicator under many parameter sets."""
+        other = object.__new__(CommGeometry)
+        other.__dict__.update(self.__dict__)
+        other.params = params
+        other._shares, other._latencies = {}, {}
+        return other
 
     @property
     def nranks(self) -> int:

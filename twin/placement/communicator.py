@@ -90,6 +90,16 @@ class Communicator:
         part._whole = self
         return part
 
+    def with_params(self, params: TwinParams) -> Communicator:
+        """This communicator with other physical constants; NCCL's facts and the parameter-free
+        part of its geometries are shared (``CommGeometry.with_params``)."""
+        other = Communicator(self.cluster, self.gpus, gpus_per_process=self.gpus_per_process,
+                             nccl_version=self.nccl_version, params=params)
+        other._whole = self._whole
+        other._nccl = self._nccl
+        other._geoms = {t: g.with_params(params) for t, g in self._geoms.items()}
+        return other
+
     def __repr__(self) -> str:
         of = f" of a communicator of {len(self._whole.gpus)}" if self._whole is not None else ""
         return f"Communicator({self.cluster.name!r}: {len(self.gpus)} GPUs{of}, {self.gpus[0]}…)"
