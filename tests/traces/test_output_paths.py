@@ -2,13 +2,13 @@
 one line naming the path and the reason; nothing is replaced or half-written."""
 
 import os
-import subprocess
 import threading
 
 import pytest
 from typer.testing import CliRunner
 
 from ccltwin import app
+from tests.mounts import tmpfs
 from tests.testdata import DATA
 from traces.flight_recorder import read_flight_recorder
 from traces.trace_file import save_trace
@@ -83,13 +83,8 @@ def test_a_folder_or_a_kernel_file_is_refused_by_name(tmp_path, inputs, where):
 @pytest.fixture
 def full_disk(tmp_path):
     """A 64 KiB tmpfs, filled to the last byte (skipped where mounting is not allowed)."""
-    point = tmp_path / "small"
-    point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield point
-    subprocess.run(["umount", "-l", str(point)], check=True)
+    with tmpfs(tmp_path / "small", "64k") as point:
+        yield point
 
 
 def test_a_full_disk_is_named_and_leaves_nothing_half_written(inputs, full_disk):

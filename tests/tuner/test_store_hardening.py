@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ccltwin import app
+from tests.mounts import tmpfs
 from tests.testdata import DATA
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.measurement import Measurement, read_nccl_tests_measurements
@@ -118,13 +119,8 @@ def test_a_version_1_store_is_migrated_and_a_log_already_there_adds_nothing(tmp_
 @pytest.fixture
 def mount_point(tmp_path):
     """A tiny tmpfs of our own (skipped where mounting is not allowed)."""
-    point = tmp_path / "mnt"
-    point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(point)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield point
-    subprocess.run(["umount", "-l", str(point)], check=True)
+    with tmpfs(tmp_path / "mnt", "256k") as point:
+        yield point
 
 
 def test_a_store_on_a_read_only_file_system_reads_and_refuses_writes(tmp_path, mount_point):
