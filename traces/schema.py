@@ -82,6 +82,14 @@ class ComputeEvent:
 
     ``duration_us`` is what it took where it was measured; ``flops`` and ``mem_bytes``
     (bytes read and written in device memory) let the twin time it on another GPU.
+    ``category`` and ``shape`` say what the work is, so the twin can time it from its shape
+    (``COMPUTE_CATEGORIES``): ``"gemm"`` (shape ``(m, n, k)`` or ``(batch, m, n, k)``),
+    ``"attention"`` (a fused attention kernel; shape ``(batch, heads, seq_q, seq_kv, head_dim)``),
+    ``"attention-unfused"`` (the same shape, as matmul + softmax + matmul), ``"memory"``
+    (element-wise, norm, softmax, dropout: bound by ``mem_bytes``), ``"optimizer"`` (the
+    optimizer step over ``mem_bytes``) and ``"host"`` (framework time on the CPU, no GPU work).
+    ``kernels`` is how many GPU kernels the phase launches (each pays a launch and a minimum
+    duration); ``host_us`` the host-side framework time spent issuing it, when known.
     """
 
     id: int
@@ -94,7 +102,15 @@ class ComputeEvent:
     start_us: float | None = None
     end_us: float | None = None
     after: tuple[int, ...] = ()
+    category: str | None = None
+    shape: tuple[int, ...] = ()
+    dtype: str | None = None
+    kernels: int = 1
+    host_us: float | None = None
 
+
+COMPUTE_CATEGORIES = ("gemm", "attention", "attention-unfused", "memory", "optimizer", "host")
+"""What a :class:`ComputeEvent`'s ``category`` may name."""
 
 Event = CollectiveEvent | ComputeEvent
 

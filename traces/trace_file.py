@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from traces.errors import TraceError
-from traces.schema import CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
+from traces.schema import COMPUTE_CATEGORIES, CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
 from traces.task import Op
 
 __all__ = [
@@ -158,6 +158,11 @@ _COMPUTE_DEFAULTS = {
     "start_us": None,
     "end_us": None,
     "after": [],
+    "category": None,
+    "shape": [],
+    "dtype": None,
+    "kernels": 1,
+    "host_us": None,
 }
 
 
@@ -193,6 +198,11 @@ def _event_to_dict(event: Event) -> dict[str, Any]:
         "start_us": event.start_us,
         "end_us": event.end_us,
         "after": list(event.after),
+        "category": event.category,
+        "shape": list(event.shape),
+        "dtype": event.dtype,
+        "kernels": event.kernels,
+        "host_us": event.host_us,
     }
     return _drop_defaults(fields, _COMPUTE_DEFAULTS)
 
@@ -316,6 +326,24 @@ def trace_from_dict(doc: Any, path: str | None = None) -> Trace:
 _OPS = [op.value for op in Op]
 
 
+def _compute_work(event: _Reader) -> dict[str, Any]:
+    """What a compute phase's work is (category, shape, dtype, kernels, host time), checked."""
+    category = event.get("category", "str", nullable=True)
+    if category is not None and category not in COMPUTE_CATEGORIES:
+        event.fail(f"unknown compute category {category!r}; expected one of {', '.join(COMPUTE_CATEGORIES)}")
+    shape = tuple(event.get("shape", "ints", []))
+    if any(dim < 1 for dim in shape):
+        event.fail(f"shape must list sizes ≥ 1, not {list(shape)}")
+    kernels = event.get("kernels", "int", 1)
+    if kernels < 0:
+        event.fail(f"kernels must be ≥ 0, not {kernels}")
+    host_us = event.get("host_us", "number", nullable=True)
+    if host_us is not None and not 0 <= host_us < float("inf"):
+        event.fail(f"host_us must be a finite number ≥ 0, not {host_us}")
+    return {"category": category, "shape": shape, "dtype": event.get("dtype", "str", nullable=True),
+            "kernels": kernels, "host_us": host_us}
+
+
 def _event(obj: Any, path: str | None, rank: int, index: int) -> Event:
     event = _Reader(obj, path, "the event", rank, f"#{index}")
     event_id = event.get("id", "int")
@@ -335,6 +363,7 @@ def _event(obj: Any, path: str | None, rank: int, index: int) -> Event:
             duration_us=event.get("duration_us", "number", nullable=True),
             flops=event.get("flops", "number", nullable=True),
             mem_bytes=event.get("mem_bytes", "int", nullable=True),
+            **_compute_work(event),
             **common,
         )
     if kind != "collective":

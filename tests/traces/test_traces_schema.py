@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traces.errors import TraceError
-from traces.schema import CollectiveEvent, ComputeEvent, ProcessGroup, RankTrace, Trace
+from traces.schema import COMPUTE_CATEGORIES, CollectiveEvent, ComputeEvent, ProcessGroup, RankTrace, Trace
 from traces.task import DTYPE_BYTES, Op, Task
 from traces.trace_file import load_trace, save_trace, trace_from_dict, trace_to_dict
 
@@ -65,6 +65,11 @@ def traces(draw) -> Trace:
                         start,
                         end,
                         after,
+                        category=draw(st.none() | st.sampled_from(COMPUTE_CATEGORIES)),
+                        shape=tuple(draw(st.lists(st.integers(1, 2**20), max_size=5))),
+                        dtype=draw(st.none() | st.sampled_from(["bfloat16", "float32"])),
+                        kernels=draw(st.integers(0, 40)),
+                        host_us=draw(st.none() | times),
                     )
                 )
             else:
@@ -201,6 +206,10 @@ def mutate(doc: dict, where: str, value) -> dict:
         ("ranks.0.events.1.kind", "memcpy", "unknown event kind 'memcpy'"),
         ("ranks.0.events.1.kind", KeyError, "rank 0, event 1: the event has no 'kind'"),
         ("ranks.0.events.0.duration_us", -3.0, "duration must be finite and >= 0"),
+        ("ranks.0.events.0.category", "teleport", "rank 0, event 0: unknown compute category 'teleport'"),
+        ("ranks.0.events.0.shape", [4096, 0, 64], r"rank 0, event 0: shape must list sizes ≥ 1, not \[4096, 0, 64\]"),
+        ("ranks.0.events.0.kernels", -1, "rank 0, event 0: kernels must be ≥ 0"),
+        ("ranks.0.events.0.host_us", -2.0, "rank 0, event 0: host_us must be a finite number ≥ 0"),
         ("ranks.0.events.0.start_us", 10.0, "rank 0, event 0: .*"),
         ("ranks.0.events.1.peer", 1, "only sendrecv has a peer"),
         ("ranks.0.events.1.root", 3, "root 3 is not in group 'tp0'"),
