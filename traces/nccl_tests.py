@@ -5,7 +5,8 @@ One ``*_perf`` run prints a table with one row per message size::
     #       size         count      type   redop    root     time   algbw   busbw #wrong     time ...
            8192          2048     float     sum      -1    17.40    0.47    0.82      0    16.83 ...
 
-``read_nccl_tests`` reads that table (with or without an MPI ``[1,0]<stdout>:`` prefix,
+``read_nccl_tests`` reads that table (with or without an MPI ``[1,0]<stdout>:`` or ``srun --label``
+``0:`` prefix,
 with the column layout of any nccl-tests release: the header row names the columns), the
 JSON file of newer nccl-tests (``-J``/``--output_file``), CSV tables with a
 ``size,count,type,time(ns),busbw,...`` header and markdown tables of in-place busbw per size.
@@ -133,7 +134,7 @@ def read_nccl_tests(path: str | PathLike[str]) -> NcclTestsLog:
 
 # ---- reading the file ------------------------------------------------------------------
 
-_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+_MPI_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")  # mpirun --tag-output, srun --label
 _INT = re.compile(r"^[0-9]+$")
 _SIGNED_INT = re.compile(r"^-?[0-9]+$")
 _FLOAT = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")

@@ -233,7 +233,7 @@ def render_text(table: list[NcclTestsRow], prefix: str) -> str:
 
 
 @settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(table=rows, prefix=st.sampled_from(["", "[1,0]<stdout>:"]))
+@given(table=rows, prefix=st.sampled_from(["", "[1,0]<stdout>:", "0: ", "12: "]))
 def test_text_round_trip(tmp_path, table, prefix):
     log = read_nccl_tests(write(tmp_path, render_text(table, prefix)))
     assert (log.op, log.nranks, log.rows) == (Op.REDUCESCATTER, 2, table)
