@@ -18,9 +18,10 @@ from typing import Annotated
 
 import typer
 
+from ccltwin.simulate import DTYPE_HELP, SIZE_UNITS
 from live import bench as live_bench
 from traces.errors import CcltwinError
-from traces.task import parse_op
+from traces.task import parse_dtype, parse_op, whole_elements
 from traces.units import parse_size_range
 from tuner.codec import config_to_dict, task_to_dict
 from tuner.store import Store
@@ -30,11 +31,11 @@ LAUNCH = "torchrun --nproc-per-node N -m ccltwin bench ..."
 
 def bench(
     ops: Annotated[str, typer.Option(help="Collectives, comma separated.")] = ",".join(map(str, live_bench.BENCH_OPS)),
-    sizes: Annotated[str, typer.Option(help="MIN:MAX[:FACTOR] or a comma list, as nccl-tests' -b/-e/-f.")
+    sizes: Annotated[str, typer.Option(help=f"MIN:MAX[:FACTOR] or a comma list, as nccl-tests' -b/-e/-f; {SIZE_UNITS}")
                      ] = "1KiB:64MiB:16",
     iterations: Annotated[int, typer.Option(min=8, help="Iterations per collective and size (NCCL's default "
                                                         "first, then the trials).")] = 120,
-    dtype: Annotated[str, typer.Option(help="Element type.")] = "float32",
+    dtype: Annotated[str, typer.Option(help=DTYPE_HELP)] = "float32",
     interference: Annotated[bool, typer.Option("--interference", help="Run a GEMM beside the collectives.")
                             ] = False,
     search: Annotated[str, typer.Option(help="Live search: ours, autoccl or default.")] = "ours",
@@ -46,6 +47,9 @@ def bench(
         raise CcltwinError(f"ccltwin bench runs on every rank of a torchrun job: {LAUNCH}")
     the_ops = [parse_op(name) for name in ops.split(",")]
     the_sizes = parse_size_range(sizes)
+    the_dtype = parse_dtype(dtype)
+    for n in the_sizes:
+        whole_elements(n, the_dtype, f"--sizes {sizes}")
     import torch  # only this command needs torch
     import torch.distributed as dist
 
@@ -54,7 +58,7 @@ def bench(
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     enable = {"search": search} | ({"store": str(store)} if store is not None else {})
-    rows = live_bench.run(the_ops, the_sizes, iterations=iterations, dtype=dtype, interference=interference,
+    rows = live_bench.run(the_ops, the_sizes, iterations=iterations, dtype=the_dtype, interference=interference,
                           **enable)
     dist.barrier()
     dist.destroy_process_group()

@@ -9,8 +9,8 @@ import typer
 
 from ccltwin.profiles import ProfileOption, params_of
 from traces.errors import CcltwinError
-from traces.task import parse_op
-from traces.units import parse_size, parse_size_range
+from traces.task import parse_dtype, parse_op, whole_elements
+from traces.units import SIZE_RULE, parse_size, parse_size_range
 from tuner.config import Algo, Proto, Transport, parse_enum
 from tuner.space import check_forced_resources
 from twin.placement import Communicator
@@ -19,6 +19,9 @@ from twin.topology import load_cluster
 
 HEADER = (f"{'size':>12} {'count':>12} {'type':>8} {'time':>10} {'algbw':>8} {'busbw':>8}  "
           f"{'algo':<14} {'proto':<6} {'transport':<9} {'nch':>3} {'nthr':>4} {'chunk':>8}  chosen_by")
+DTYPE_HELP = ("Element type: float32 (float, fp32), float16 (half, fp16), bfloat16 (bf16), float64 (double), int8, "
+              "uint8, int32, uint32, int64, uint64, fp8_e4m3, fp8_e5m2.")
+SIZE_UNITS = f"{SIZE_RULE}; each size a whole number of --dtype elements."
 UNITS = f"{'(B)':>12} {'(elements)':>12} {'':>8} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"
 
 
@@ -33,7 +36,8 @@ def simulate(
     topology: Annotated[str, typer.Option(help="Preset name or cluster YAML file.")],
     op: Annotated[str, typer.Option(help="allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv")],
     nranks: Annotated[int | None, typer.Option(help="Ranks in the communicator (default: every GPU).")] = None,
-    sizes: Annotated[str, typer.Option(help="MIN:MAX[:FACTOR] or a comma list, e.g. 8B:8GiB.")] = "8B:8GiB",
+    sizes: Annotated[str, typer.Option(help="MIN:MAX[:FACTOR] or a comma list, e.g. 8B:8GiB; " + SIZE_UNITS)
+                     ] = "8B:8GiB",
     nodes: Annotated[int | None, typer.Option(help="Override the preset's node count.")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="Use the first G GPUs of each node.")] = None,
     nics_per_node: Annotated[int | None, typer.Option(help="Keep the first K NICs of each node.")] = None,
@@ -45,7 +49,7 @@ def simulate(
     nthreads: Annotated[int | None, typer.Option(min=32, max=640, help="Threads per channel (a multiple of 32).")
                         ] = None,
     chunk: Annotated[str | None, typer.Option(help="Chunk size, e.g. 512KiB.")] = None,
-    dtype: Annotated[str, typer.Option(help="Element type.")] = "float32",
+    dtype: Annotated[str, typer.Option(help=DTYPE_HELP)] = "float32",
     engine: Annotated[str, typer.Option(help="fast (closed form) or des (SimPy).")] = "fast",
     gpus_per_process: Annotated[int, typer.Option(min=1, help="GPUs driven by one host thread (nccl-tests -g).")
                                 ] = 1,
@@ -73,7 +77,11 @@ def simulate(
         "chunk_bytes": parse_size(chunk) if chunk else None,
     }
     the_op = parse_op(op)
-    predictions = [predict(comm, the_op, n, dtype=dtype, engine=engine, **knobs) for n in parse_size_range(sizes)]
+    the_dtype = parse_dtype(dtype)
+    the_sizes = parse_size_range(sizes)
+    for n in the_sizes:
+        whole_elements(n, the_dtype, f"--sizes {sizes}")
+    predictions = [predict(comm, the_op, n, dtype=the_dtype, engine=engine, **knobs) for n in the_sizes]
     for p in predictions:
         check_forced_resources(p.config, knobs, comm.nccl.nccl_version)
     if as_json:

@@ -20,10 +20,11 @@ from typing import Annotated
 import typer
 
 from ccltwin.profiles import ProfileOption, params_of
+from ccltwin.simulate import DTYPE_HELP
 from traces.errors import CcltwinError
-from traces.task import Task, parse_op
+from traces.task import Task, parse_dtype, parse_op, whole_elements
 from traces.trace_file import load_trace
-from traces.units import parse_size
+from traces.units import SIZE_RULE, parse_size
 from tuner.codec import config_to_dict, task_to_dict
 from tuner.plan import Plan, load_plan
 from tuner.search import SEARCHES, USES_WARM_START
@@ -46,9 +47,10 @@ def tune(
     ] = "twin",
     trace: Annotated[Path | None, typer.Option(help="Tune every task of this trace (≥ --min-size).")] = None,
     op: Annotated[str | None, typer.Option(help="One task: the collective.")] = None,
-    nbytes: Annotated[str | None, typer.Option(help="One task: nccl-tests' size, e.g. 64MiB.")] = None,
+    nbytes: Annotated[str | None, typer.Option(help=f"One task: nccl-tests' size, e.g. 64MiB ({SIZE_RULE}).")
+                      ] = None,
     nranks: Annotated[int | None, typer.Option(min=2, help="One task: ranks of the communicator.")] = None,
-    dtype: Annotated[str, typer.Option(help="One task: element type.")] = "float32",
+    dtype: Annotated[str, typer.Option(help=f"One task: {DTYPE_HELP[0].lower()}{DTYPE_HELP[1:]}")] = "float32",
     search: Annotated[str, typer.Option(help=", ".join(SEARCHES))] = "autoccl",
     warm_start: Annotated[Path | None, typer.Option(help="Warm-start plan (ccltwin rank -o).")] = None,
     store: Annotated[Path | None, typer.Option(help="SQLite tuning store to record into and resume from.")] = None,
@@ -90,7 +92,9 @@ def tune(
         size = parse_size(nbytes)
         if size < 1:
             raise CcltwinError(f"--nbytes {nbytes}: a task moves at least 1 byte")
-        placed = runner.communicator(Task(parse_op(op), size, nranks, dtype)).task(parse_op(op), size, dtype)
+        the_dtype = parse_dtype(dtype)
+        whole_elements(size, the_dtype, f"--nbytes {nbytes}")
+        placed = runner.communicator(Task(parse_op(op), size, nranks, the_dtype)).task(parse_op(op), size, the_dtype)
         tasks = [(placed, placed)]
     plan = load_plan(warm_start) if warm_start is not None else None
     db = Store(store) if store is not None else None

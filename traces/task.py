@@ -59,6 +59,40 @@ DTYPE_BYTES = {
     "int32": 4, "uint32": 4, "float32": 4, "float": 4,
     "int64": 8, "uint64": 8, "float64": 8, "double": 8,
 }
+DTYPE_ALIASES = {
+    "bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32": "float32", "f32": "float32",
+    "fp64": "float64", "f64": "float64", "f8e4m3": "fp8_e4m3", "f8e5m2": "fp8_e5m2",
+}
+"""Short names people write for the element types of ``DTYPE_BYTES`` (nccl-tests' ``f8e4m3``)."""
+
+
+def parse_dtype(name: str) -> str:
+    """An element type as people write it, as the ``DTYPE_BYTES`` name: ``bf16``, ``BFloat16``,
+    ``torch.bfloat16`` are ``bfloat16``; ``half`` stays ``half`` (2 bytes, as ``float16``).
+
+    >>> parse_dtype("bf16"), parse_dtype("torch.float16"), parse_dtype("FP32"), parse_dtype("half")
+    ('bfloat16', 'float16', 'float32', 'half')
+    """
+    key = name.strip().lower().removeprefix("torch.")
+    key = DTYPE_ALIASES.get(key, key)
+    if key not in DTYPE_BYTES:
+        raise TaskError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPE_BYTES)} "
+                        f"(or {', '.join(DTYPE_ALIASES)})")
+    return key
+
+
+def whole_elements(nbytes: int, dtype: str, where: str = "") -> int:
+    """The number of ``dtype`` elements in ``nbytes``; ``TaskError`` (its message starting with
+    ``where``, e.g. the option) when that is not whole.
+
+    >>> whole_elements(8, "float32")
+    2
+    """
+    size = DTYPE_BYTES[dtype]
+    if nbytes % size:
+        raise TaskError(f"{where}{': ' if where else ''}{nbytes} B is not a whole number of {dtype} elements "
+                        f"({size} B each): give a multiple of {size} B")
+    return nbytes // size
 
 
 def parse_op(name: str) -> Op:

@@ -1,4 +1,10 @@
-"""Byte sizes as people write them: ``8``, ``8B``, ``64K``, ``1MiB``, ``8GiB``, ``1.5GB``."""
+"""Byte sizes as people write them: ``8``, ``8B``, ``64K``, ``1MiB``, ``8GiB``, ``1.5GB``.
+
+One rule (``SIZE_RULE``, printed by ``--help`` and in docs/cli.md): a bare K, M, G, T is binary,
+as nccl-tests reads ``-b 1M`` (2^20 bytes), and so are KiB, MiB, GiB, TiB; KB, MB, GB, TB are SI
+(``1GB`` is 10^9 bytes, ``1G`` and ``1GiB`` 2^30). Case does not matter; a size is a whole number
+of bytes.
+"""
 
 from __future__ import annotations
 
@@ -27,16 +33,28 @@ _UNITS = {
     "tib": 1 << 40,
     "tb": 1000**4,
 }
+SIZE_RULE = ("K/M/G/T and KiB/MiB/GiB/TiB are powers of 2 (nccl-tests' -b 1M: 1G = 1GiB = 2^30 B), "
+             "KB/MB/GB/TB powers of 10 (1GB = 10^9 B)")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str) -> int:
-    """``parse_size("1MiB") == 1048576``; K/M/G alone are binary, as in nccl-tests' ``-b 1M``."""
+    """Bytes in ``text``, by ``SIZE_RULE``; ``SizeError`` for anything else or a fraction of a byte.
+
+    >>> parse_size("1MiB"), parse_size("1M"), parse_size("1MB"), parse_size("1.5K")
+    (1048576, 1048576, 1000000, 1536)
+    """
     m = _SIZE.match(str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
-        raise SizeError(f"not a size: {text!r} (write e.g. 8B, 64K, 1MiB, 8GiB)")
-    return int(float(m.group(1)) * _UNITS[unit])
+        raise SizeError(f"not a size: {text!r} (write e.g. 8B, 64K, 1MiB, 8GiB; {SIZE_RULE})")
+    number, scale = m.group(1), _UNITS[unit]
+    whole, _, fraction = number.partition(".")
+    numerator = int(whole + fraction) * scale
+    denominator = 10 ** len(fraction)
+    if numerator % denominator:
+        raise SizeError(f"not a whole number of bytes: {text!r}")
+    return numerator // denominator
 
 
 def parse_size_range(text: str) -> list[int]:
