@@ -141,3 +141,13 @@ def test_script_prints_the_table_and_writes_plots_and_refuses_a_folder_it_cannot
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.strip().splitlines()[-1] == (
         f"accuracy.py: {data}: none of its 1 nccl-tests logs (*.txt) is described in RUNS")
+
+
+@pytest.mark.parametrize("path", DEV_LOGS + HELDOUT_LOGS, ids=lambda p: p.stem)
+def test_runs_agree_with_what_each_log_says_of_its_launch(path):
+    log, run = read_nccl_tests(path), RUNS[path.stem]
+    if log.gpus_per_thread is not None:  # nccl-tests' nGpus (-g), or the COMMAND header's
+        assert run.gpus_per_process == log.gpus_per_thread
+    assert run.nccl is None or log.nccl_version is None, "a RUNS release where the log prints its own"
+    for knob, value in accuracy.knobs_from_env(log.env).items():
+        assert run.knobs.get(knob, value) == value, "RUNS contradicts the file's NCCL_ALGO/NCCL_PROTO"
