@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.testdata import DATA
+from traces.chakra import read_chakra
 from traces.errors import CcltwinError
 from traces.flight_recorder import read_flight_recorder
 from traces.kineto import read_kineto
@@ -71,6 +72,10 @@ def _flight_recorder(path: Path) -> None:
 
 def _kineto(path: Path) -> None:
     _trace(read_kineto([path]))
+
+
+def _execution_trace(path: Path) -> None:
+    _trace(read_chakra([path]))
 
 
 def _ccltwin_trace(path: Path) -> None:
@@ -123,6 +128,8 @@ def _seeds(tmp: Path) -> dict[str, tuple[bytes, str, object]]:
                             _flight_recorder),
         "kineto (gzip)": ((DATA / "traces" / "capture-h200" / "ddp-iteration-rank0.kineto.json.gz").read_bytes(),
                           "rank0.json.gz", _kineto),
+        "execution trace (gzip)": ((DATA / "traces" / "param" / "resnet_2gpu_et.json.gz").read_bytes(), "et.json.gz",
+                                   _execution_trace),
         "ccltwin trace": (trace.read_bytes(), "job.json", _ccltwin_trace),
         "topology YAML": ((PRESET_DIR / "dgx-h100.yaml").read_bytes(), "c.yaml", _topology_yaml),
         "nvidia-smi topo -m": ((DATA / "topology" / "nvidia-smi" / "sglang-30401-h100.txt").read_bytes(),
@@ -254,7 +261,8 @@ def seeds(tmp_path_factory):
     return _seeds(tmp_path_factory.mktemp("seeds"))
 
 
-KINDS = ["nccl-tests text", "nccl-tests JSON", "flight recorder", "kineto (gzip)", "ccltwin trace", "topology YAML",
+KINDS = ["nccl-tests text", "nccl-tests JSON", "flight recorder", "kineto (gzip)", "execution trace (gzip)",
+         "ccltwin trace", "topology YAML",
          "nvidia-smi topo -m", "NCCL topology XML", "warm-start plan", "tuning store"]
 
 

@@ -165,7 +165,7 @@ class Store:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.create_function("identity", 1, normalise_identity, deterministic=True)
             self._check_schema()
-            if not create and not self.created:
+            if not self.created:  # before reading or writing what is there
                 self._check_integrity(full_check)
         except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # SQLite decodes damaged text as UTF-8
             self._db.close()
@@ -175,7 +175,7 @@ class Store:
             raise
 
     def _check_integrity(self, full: bool | None) -> None:
-        """Before reading a store (``create=False``): SQLite's integrity check of every page and
+        """Before using a store that was there: SQLite's integrity check of every page and
         index (its quick check beyond ``FULL_CHECK_BYTES`` unless ``full``), so a damaged file is
         reported rather than half read."""
         if full is None:
