@@ -106,7 +106,7 @@ def _full_seconds(writer: Writer, folder: Path, trace: Path) -> float:
     output = _prepare(folder, writer, trace)
     began = time.monotonic()
     subprocess.run(_argv(writer, output, trace), env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
-                   stdout=subprocess.DEVNULL)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.monotonic() - began
 
 
