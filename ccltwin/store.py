@@ -24,6 +24,9 @@ app = App(help="The SQLite tuning store: show, import, export.", no_args_is_help
 
 StorePath = Annotated[Path, typer.Argument(help="The store file (SQLite).")]
 Hardware = Annotated[str | None, typer.Option(help="Only this hardware id (needed when the store has several).")]
+FullCheck = Annotated[bool, typer.Option(
+    "--full-check", help="SQLite's full integrity check before reading, however large the store "
+                         "(by default stores over 16 MiB get its quick check).")]
 
 
 def _row(m: Measurement, width: int) -> str:
@@ -43,9 +46,10 @@ def show(
     hardware: Hardware = None,
     history: Annotated[bool, typer.Option("--history", help="Every measurement, not only the winners.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of measurements.")] = False,
+    full_check: FullCheck = False,
 ) -> None:
     """Print the current best config of every task (or the whole history)."""
-    with Store(store, create=False) as db:
+    with Store(store, create=False, full_check=full_check or None) as db:
         rows = db.history(hardware=hardware) if history else db.bests(hardware=hardware)
         total, known = db.count(), db.hardware_ids()
     if hardware is not None and hardware not in known:
@@ -90,6 +94,7 @@ def export(
     hardware: Hardware = None,
     exact_sizes: Annotated[bool, typer.Option(
         "--exact-sizes", help="One rule per measured size instead of covering every size.")] = False,
+    full_check: FullCheck = False,
 ) -> None:
     """Export the winners: the example tuner plugin's CSV and/or an environment file."""
     if csv is None and env is None:
@@ -97,7 +102,7 @@ def export(
     for path, what in ((csv, "tuner rules"), (env, "environment file")):
         if path is not None:
             check_writable(path, what)
-    with Store(store, create=False) as db:
+    with Store(store, create=False, full_check=full_check or None) as db:
         hardware, winners = store_winners(db, hardware)
     title = f"{len(winners)} winners of {store} on {hardware}"
     if csv is not None:

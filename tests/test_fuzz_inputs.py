@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.testdata import DATA
+from traces.chakra import read_chakra
 from traces.errors import CcltwinError
 from traces.flight_recorder import read_flight_recorder
 from traces.kineto import read_kineto
@@ -37,6 +38,9 @@ from traces.trace_file import load_trace, save_trace
 from tuner.measurement import read_nccl_tests_measurements
 from tuner.plan import load_plan
 from tuner.store import Store
+from twin.calibrate.points import read_points
+from twin.params import DEFAULT_PARAMS
+from twin.profile import ProfileMeta, load_profile, save_profile
 from twin.topology.importer import import_spec
 from twin.topology.loader import PRESET_DIR, load_cluster
 
@@ -73,6 +77,10 @@ def _kineto(path: Path) -> None:
     _trace(read_kineto([path]))
 
 
+def _execution_trace(path: Path) -> None:
+    _trace(read_chakra([path]))
+
+
 def _ccltwin_trace(path: Path) -> None:
     _trace(load_trace(path))
 
@@ -89,6 +97,15 @@ def _machine(path: Path) -> None:
 def _plan(path: Path) -> None:
     plan = load_plan(path)
     assert all(math.isfinite(e.best.time_us) and e.best.time_us > 0 for e in plan.entries)
+
+
+def _records(path: Path) -> None:
+    points = read_points([path])
+    assert points and all(math.isfinite(p.time_us) and p.time_us > 0 for p in points)
+
+
+def _profile(path: Path) -> None:
+    load_profile(path)
 
 
 def _store(path: Path) -> None:
@@ -114,6 +131,11 @@ def _seeds(tmp: Path) -> dict[str, tuple[bytes, str, object]]:
         db.add_unseen(read_nccl_tests_measurements(
             DATA / "nccl-tests" / "stanford-farmshare-l40s-pcie-2gpu-allreduce-ring.txt", hardware="l40s"))
     db_bytes = store.read_bytes()
+    with Store(store, create=False) as db:
+        records = json.dumps([m.to_dict() for m in db.history()], indent=1).encode()
+    profile = tmp / "profile.json"
+    save_profile(DEFAULT_PARAMS.replace(**{"link.nvlink.efficiency": 0.81}), profile,
+                 meta=ProfileMeta(points=25, moved=("link.nvlink.efficiency",)))
     return {
         "nccl-tests text": ((DATA / "nccl-tests" / "abci-intra_anode-8gpu-1node-allreduce.txt").read_bytes(),
                             "log.txt", _nccl_tests),
@@ -123,6 +145,8 @@ def _seeds(tmp: Path) -> dict[str, tuple[bytes, str, object]]:
                             _flight_recorder),
         "kineto (gzip)": ((DATA / "traces" / "capture-h200" / "ddp-iteration-rank0.kineto.json.gz").read_bytes(),
                           "rank0.json.gz", _kineto),
+        "execution trace (gzip)": ((DATA / "traces" / "param" / "resnet_2gpu_et.json.gz").read_bytes(), "et.json.gz",
+                                   _execution_trace),
         "ccltwin trace": (trace.read_bytes(), "job.json", _ccltwin_trace),
         "topology YAML": ((PRESET_DIR / "dgx-h100.yaml").read_bytes(), "c.yaml", _topology_yaml),
         "nvidia-smi topo -m": ((DATA / "topology" / "nvidia-smi" / "sglang-30401-h100.txt").read_bytes(),
@@ -131,6 +155,8 @@ def _seeds(tmp: Path) -> dict[str, tuple[bytes, str, object]]:
                               _machine),
         "warm-start plan": (plan.read_bytes(), "plan.json", _plan),
         "tuning store": (db_bytes, "t.db", _store),
+        "measurement records": (records, "records.json", _records),
+        "calibration profile": (profile.read_bytes(), "profile.json", _profile),
     }
 
 
@@ -254,8 +280,10 @@ def seeds(tmp_path_factory):
     return _seeds(tmp_path_factory.mktemp("seeds"))
 
 
-KINDS = ["nccl-tests text", "nccl-tests JSON", "flight recorder", "kineto (gzip)", "ccltwin trace", "topology YAML",
-         "nvidia-smi topo -m", "NCCL topology XML", "warm-start plan", "tuning store"]
+KINDS = ["nccl-tests text", "nccl-tests JSON", "flight recorder", "kineto (gzip)", "execution trace (gzip)",
+         "ccltwin trace", "topology YAML",
+         "nvidia-smi topo -m", "NCCL topology XML", "warm-start plan", "tuning store", "measurement records",
+         "calibration profile"]
 
 
 def test_every_seed_reads_clean(seeds):

@@ -8,6 +8,8 @@ save never leaves a partial file behind.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import gzip
 import json
 import math
@@ -88,8 +90,9 @@ def write_atomic(path: str | PathLike[str], chunks: Iterable[str]) -> None:
     """
     path = Path(path)
     _check_replaceable(path, "file")
+    _remove_stale_temporaries(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(path)}{os.getpid()}-", dir=path.parent)
     except OSError as err:
         raise TraceError(f"cannot write here ({err.strerror or err})", path) from None
     try:
@@ -100,13 +103,54 @@ def write_atomic(path: str | PathLike[str], chunks: Iterable[str]) -> None:
                 out.write(chunk.encode())
             if out is not raw:
                 out.close()
+            raw.flush()
+            os.fsync(raw.fileno())  # the data is on disk before the name points at it
         os.replace(tmp, path)
+        _sync_folder(path.parent)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)
         raise TraceError(f"cannot write ({err.strerror or err}); nothing was written", path) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}.ccltwin-"
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove what an earlier writer of ``path`` that was killed (SIGKILL, power loss) left: its
+    temporary files, whose names carry the writer's process id, when that process is gone."""
+    prefix = _temporary_prefix(path)
+    for leftover in path.parent.glob(f"{glob.escape(prefix)}*"):
+        pid = leftover.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            leftover.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename durable (a folder's entries are data too); where the file system cannot
+    sync a folder, the rename is as durable as it allows."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),

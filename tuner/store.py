@@ -117,6 +117,13 @@ ON CONFLICT ({_KEY}) DO UPDATE SET history_id = excluded.history_id, time_us = e
 _UPSERT_BEST = _SET_BEST + "WHERE excluded.time_us < best.time_us\n"
 
 
+FULL_CHECK_BYTES = 16 << 20
+"""Stores up to this size (file and write-ahead log) get SQLite's full integrity check each time
+they are opened for reading; larger ones its quick check, which verifies every page, record and
+free list but not that each index agrees with its table, at a fifth of the cost (a 41 MB store of
+300,000 rows: 0.93 s full, 0.17 s quick, development VM). ``full_check=True`` forces the full one."""
+
+
 class StoreError(CcltwinError):
     """A store that cannot be opened or used: names the file and the problem."""
 
@@ -131,7 +138,7 @@ class Store:
     written opens read-only (``read_only``): reading works, writing is a ``StoreError``.
     """
 
-    def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
+    def __init__(self, path: str | PathLike[str], *, create: bool = True, full_check: bool | None = None) -> None:
         self.path = str(path)
         file = Path(self.path)
         if file.is_dir():
@@ -158,8 +165,8 @@ class Store:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.create_function("identity", 1, normalise_identity, deterministic=True)
             self._check_schema()
-            if not create and not self.created:
-                self._check_integrity()
+            if not self.created:  # before reading or writing what is there
+                self._check_integrity(full_check)
         except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # SQLite decodes damaged text as UTF-8
             self._db.close()
             raise self._damage(err) from None
@@ -167,10 +174,16 @@ class Store:
             self._db.close()
             raise
 
-    def _check_integrity(self) -> None:
-        """Before reading a store (``create=False``): SQLite's integrity check of every page and
-        index, so a damaged file is reported rather than half read."""
-        verdict = " ".join(self._db.execute("PRAGMA integrity_check(1)").fetchone()[0].split())
+    def _check_integrity(self, full: bool | None) -> None:
+        """Before using a store that was there: SQLite's integrity check of every page and
+        index (its quick check beyond ``FULL_CHECK_BYTES`` unless ``full``), so a damaged file is
+        reported rather than half read."""
+        if full is None:
+            wal = Path(self.path + "-wal")
+            size = Path(self.path).stat().st_size + (wal.stat().st_size if wal.is_file() else 0)
+            full = size <= FULL_CHECK_BYTES
+        pragma = "integrity_check(1)" if full else "quick_check(1)"
+        verdict = " ".join(self._db.execute(f"PRAGMA {pragma}").fetchone()[0].split())
         if verdict != "ok":
             raise StoreError(f"{self.path}: the store is damaged ({verdict}); " + _RECOVER.format(path=self.path))
 

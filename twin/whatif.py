@@ -46,6 +46,11 @@ on-demand list prices).  They only put clusters on one scale; pass your own pric
 
 
 
+MAX_PRICE_PER_GPU_HOUR = 10_000.0
+"""A price per GPU-hour above this is a typing mistake: list prices of 2026's largest GPUs are
+under 100 USD (``PRICE_PER_GPU_HOUR``); far larger ones would overflow the costs printed."""
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A cluster to try: a preset or YAML file, its node count (None: as many as the trace
@@ -57,9 +62,9 @@ class Candidate:
 
     def __post_init__(self) -> None:
         price = self.price_per_gpu_hour
-        if price is not None and not (math.isfinite(price) and price >= 0):
-            raise CcltwinError(f"{self.topology}: a price per GPU-hour must be a finite number of at least 0, "
-                               f"got {price}")
+        if price is not None and not (math.isfinite(price) and 0 <= price <= MAX_PRICE_PER_GPU_HOUR):
+            raise CcltwinError(f"{self.topology}: a price per GPU-hour must be a number from 0 to "
+                               f"{MAX_PRICE_PER_GPU_HOUR:,.0f} USD, got {price}")
 
 
 @dataclass(frozen=True)

@@ -118,3 +118,20 @@ def test_writing_to_a_fifo_does_not_block_forever(tmp_path, inputs):
 
     threading.Thread(target=run, daemon=True).start()
     assert done.wait(20)
+
+
+def test_a_killed_writers_temporary_is_removed_by_the_next_write_and_a_live_ones_kept(tmp_path):
+    import subprocess
+    import sys
+
+    from traces.trace_file import write_atomic
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(gone.stdout)
+    dead, alive = tmp_path / f".out.json.ccltwin-{pid}-x1", tmp_path / f".out.json.ccltwin-{os.getpid()}-y2"
+    other = tmp_path / f".other.json.ccltwin-{pid}-z3"
+    for path in (dead, alive, other):
+        path.write_text("{half")
+    write_atomic(tmp_path / "out.json", ['{"whole": true}'])
+    assert (tmp_path / "out.json").read_text() == '{"whole": true}'
+    assert not dead.exists() and alive.exists() and other.exists()  # only this path's, only the dead writer's

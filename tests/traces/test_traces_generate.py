@@ -303,7 +303,17 @@ def test_bad_plans_are_named_by_file_and_field(tmp_path, plan, model, expected):
 def test_unreadable_workload_files_say_why(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("plan: [unclosed")
-    with pytest.raises(WorkloadError, match=r"broken\.yaml: not valid YAML"):
+    with pytest.raises(WorkloadError, match=r"broken\.yaml: YAML syntax error at line 1, column 16"):
+        load_workload(path)
+    for content, problem in ((b"tp: 8\ntp: 4\n", "key 'tp' given twice"), (b"tp: \xf6\n", "not UTF-8 text"),
+                             (b"a:\n" + b"".join(b" " * i + b"- \n" for i in range(1, 3000)), "nested more than"),
+                             ("tp: 8".encode("utf-16"), "UTF-16 text")):
+        path.write_bytes(content)
+        with pytest.raises(WorkloadError, match=rf"^{path}: [^\n]*{problem}[^\n]*$"):
+            load_workload(path)
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(WorkloadError, match=r"deep\.json: not valid JSON"):
         load_workload(path)
     with pytest.raises(WorkloadError, match="cannot read"):
         load_workload(tmp_path / "missing.yaml")

@@ -221,3 +221,33 @@ def test_a_size_beyond_64_bits_is_refused_naming_the_store(tmp_path):
         with pytest.raises(StoreError, match="does not fit a 64-bit integer"):
             store.add_unseen([huge])
         assert store.count() == 0
+
+
+def test_large_stores_get_the_quick_check_and_full_check_forces_the_full_one(tmp_path, monkeypatch):
+    import tuner.store as store_module
+
+    path = tmp_path / "t.db"
+    with Store(path) as store:
+        store.add_unseen(MEASUREMENTS[0])
+    ran = []
+    connect = Store._connect
+
+    def traced(self):
+        db = connect(self)
+        db.set_trace_callback(lambda sql: ran.append(sql) if sql.startswith("PRAGMA") and "check" in sql else None)
+        return db
+
+    monkeypatch.setattr(Store, "_connect", traced)
+    Store(path, create=False).close()
+    assert ran == ["PRAGMA integrity_check(1)"]  # small: the full check
+    monkeypatch.setattr(store_module, "FULL_CHECK_BYTES", path.stat().st_size - 1)
+    ran.clear()
+    Store(path, create=False).close()
+    assert ran == ["PRAGMA quick_check(1)"]
+    ran.clear()
+    result = runner.invoke(app, ["store", "show", str(path), "--full-check"])
+    assert result.exit_code == 0 and ran == ["PRAGMA integrity_check(1)"], result.output
+    _corrupt_pages(path)  # the quick check still finds damaged pages
+    result = runner.invoke(app, ["store", "show", str(path)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and f"{path}: the store is damaged" in lines[0], result.output

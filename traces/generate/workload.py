@@ -29,6 +29,7 @@ from traces.errors import TraceError
 from traces.generate.model import Cnn, CnnLayer, Model, Transformer, vgg_layers
 from traces.generate.parallelism import Parallelism, PipelineSchedule, Recompute
 from traces.task import DTYPE_BYTES
+from traces.yaml_text import YamlError, read_yaml
 
 __all__ = [
     "PRESETS_DIR",
@@ -68,13 +69,19 @@ class Workload:
 def _read(path: str | PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.suffix != ".json":
+            doc = read_yaml(path, str(path))
+        else:
+            doc = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except YamlError as err:
+        raise WorkloadError(str(err).removeprefix(f"{path}: "), path) from None
     except OSError as err:
         raise WorkloadError(f"cannot read ({err.strerror or err})", path) from None
-    try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise WorkloadError(f"not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({err})", path) from None
+    except UnicodeDecodeError as err:
+        raise WorkloadError(f"not UTF-8 text (byte {err.start})", path) from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise WorkloadError(f"not valid JSON ({'nested too deep' if isinstance(err, RecursionError) else err})",
+                            path) from None
     if not isinstance(doc, dict):
         raise WorkloadError(f"expected a mapping at the top, got {type(doc).__name__}", path)
     return doc

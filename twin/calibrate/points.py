@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from os import PathLike
@@ -126,7 +127,12 @@ def _holds_records(path: Path) -> bool:
 
 
 def _record_points(path: Path, gpus_per_process: int) -> list[Point]:
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise CalibrationError(f"{path}: not UTF-8 text (byte {err.start}: {data[err.start]:#04x}), so not a JSON "
+                               "measurement file") from None
     try:
         if text.lstrip().startswith("["):
             docs = list(enumerate(json.loads(text), 1))
@@ -134,6 +140,8 @@ def _record_points(path: Path, gpus_per_process: int) -> list[Point]:
             docs = [(n, json.loads(line)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     except json.JSONDecodeError as err:
         raise CalibrationError(f"{path}: not a JSON measurement file ({err})") from None
+    except RecursionError:
+        raise CalibrationError(f"{path}: not a JSON measurement file (nested too deep)") from None
     out = []
     for n, doc in docs:
         where = f"{path}: record {n}" if text.lstrip().startswith("[") else f"{path}:{n}"
@@ -168,7 +176,7 @@ def _is_kineto(path: Path) -> bool:
     try:
         with opener(path, "rt", encoding="utf-8", errors="replace") as file:
             start = file.read(4096)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):
         return False
     return start.lstrip().startswith("{") and any(key in start for key in ('"schemaVersion"', '"traceEvents"',
                                                                            '"deviceProperties"'))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from traces.yaml_text import YamlError, read_yaml
 from twin.hardware import TopologyError
 from twin.topology.build import build_cluster
 from twin.topology.cluster import Cluster
@@ -29,62 +30,11 @@ def read_spec(spec: str | Path) -> ClusterSpec:
     """The description behind a preset name or a YAML file path."""
     path, source = _resolve(spec)
     try:
-        data = yaml.load(_decode(path.read_bytes(), source), Loader=_StrictLoader)
-    except OSError as err:
-        raise TopologyError(f"{source}: cannot read the file ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = " ".join((getattr(err, "problem", None) or str(err)).split("\n  in ")[0].split())
-        raise TopologyError(f"{source}: YAML syntax error{where}: {problem}") from None
+        data = read_yaml(path, source)
+    except YamlError as err:
+        raise TopologyError(str(err)) from None
     result = ClusterSpec.from_dict(data, source)
     return result if result.name else replace(result, name=path.stem)
-
-
-MAX_YAML_DEPTH = 64
-"""Nesting deeper than this is no cluster description (the deepest real one is 5 levels)."""
-
-
-def _decode(data: bytes, source: str) -> str:
-    """The file's text; a file that is not UTF-8 (UTF-16, binary) is a ``TopologyError``."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise TopologyError(f"{source}: UTF-16 text; save the YAML as UTF-8")
-    if (nul := data.find(b"\0")) >= 0:
-        raise TopologyError(f"{source}: a binary file (NUL byte at {nul}), not YAML text")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise TopologyError(f"{source}: not UTF-8 text (byte {err.start}: {data[err.start]:#04x})") from None
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping and nesting deeper than
-    ``MAX_YAML_DEPTH`` (PyYAML recurses once per level)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent, index):
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", self.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, str | int | float | bool) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice (first at line {seen[key] + 1})", key_node.start_mark)
-            if isinstance(key, str | int | float | bool):
-                seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)
 
 
 def load_cluster(spec: str | Path, *, nodes: int | None = None, gpus_per_node: int | None = None,
