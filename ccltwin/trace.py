@@ -1,6 +1,7 @@
 """``ccltwin trace``: import traces people already have, and summarize a trace.
 
 ccltwin trace import rank0.json.gz rank1.json.gz -o job.json
+ccltwin trace import profiles/ -o job.json          (every rank's file in a directory)
 ccltwin trace import all_reduce.log --format nccl-tests -o ar.json
 ccltwin trace summary job.json [--json]
 ccltwin trace capture -o job.json --nproc-per-node 2 [--iterations N] [--warmup W] train.py [script args]
@@ -21,7 +22,7 @@ import typer
 from ccltwin.cli import App
 from traces.capture.launch import torchrun_command
 from traces.errors import TraceError
-from traces.formats import TraceFormat, files_format, nccl_tests_document, read_files
+from traces.formats import TraceFormat, expand_paths, files_format, nccl_tests_document, read_files
 from traces.generate import generate as generate_trace
 from traces.generate import list_models, list_presets, workload
 from traces.generate.workload import parse_overrides
@@ -33,7 +34,9 @@ app = App(help="Import, inspect and summarize collective traces.", no_args_is_he
 
 @app.command("import")
 def import_(
-    files: Annotated[list[Path], typer.Argument(help="One file per rank (or several nccl-tests logs).")],
+    files: Annotated[
+        list[Path], typer.Argument(help="One file per rank, or directories of them (or nccl-tests logs).")
+    ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write; .gz compresses.")],
     fmt: Annotated[
         TraceFormat, typer.Option("--format", help="Input format; auto tells from the content.")
@@ -44,7 +47,7 @@ def import_(
     ] = None,
 ) -> None:
     """Import Kineto, execution-trace, flight-recorder or nccl-tests files; write nothing on error."""
-    paths = [str(f) for f in files]
+    paths = expand_paths([str(f) for f in files])
     check_writable(output, "trace")
     chosen = files_format(paths, fmt, rank)
     if chosen is TraceFormat.NCCL_TESTS:

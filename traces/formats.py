@@ -3,7 +3,8 @@
 A profiler run leaves one Kineto file per rank, a PyTorch job its execution traces (Chakra) or
 flight-recorder dumps, a benchmark nccl-tests logs. ``read_files`` takes the files of one job in
 one format and returns the trace; nccl-tests logs are results rather than a trace, and
-``nccl_tests_document`` keeps their rows as they are.
+``nccl_tests_document`` keeps their rows as they are.  ``expand_paths`` lets a directory stand
+for the trace files in it (one per rank, as a profiler's ``on_trace_ready`` writes them).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import asdict
 from enum import StrEnum
+from pathlib import Path
 
 from traces.chakra import read_chakra
 from traces.errors import TraceError
@@ -21,7 +23,7 @@ from traces.kineto import read_kineto
 from traces.nccl_tests import read_nccl_tests
 from traces.schema import Trace
 
-__all__ = ["TraceFormat", "detect_format", "files_format", "nccl_tests_document", "read_files"]
+__all__ = ["TraceFormat", "detect_format", "expand_paths", "files_format", "nccl_tests_document", "read_files"]
 
 
 class TraceFormat(StrEnum):
@@ -42,6 +44,24 @@ _JSON_SIGNS = (
     (TraceFormat.FLIGHT_RECORDER, ('"entries"', '"pg_config"')),
     (TraceFormat.NCCL_TESTS, ('"results"',)),
 )
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".log", ".txt")
+"""The names ``expand_paths`` takes from a directory (trace files and nccl-tests logs)."""
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """``paths`` with each directory replaced by its trace files (``TRACE_SUFFIXES``), sorted by name."""
+    files = []
+    for path in paths:
+        if not Path(path).is_dir():
+            files.append(path)
+            continue
+        found = sorted(str(p) for p in Path(path).iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+        if not found:
+            raise TraceError(f"no trace files ({', '.join(TRACE_SUFFIXES)}) in this directory", path)
+        files.extend(found)
+    return files
 
 
 def detect_format(path: str) -> TraceFormat:

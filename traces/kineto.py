@@ -5,8 +5,13 @@ What is read from each rank's ``traceEvents`` (streamed, see ``traces.json_strea
 - NCCL kernels (``ncclKernel_*``/``ncclDevKernel_*``) become collectives, timed on the GPU.
   Op, size, dtype and group come from the kernel's own args (``Collective name``,
   ``In/Out msg nelems``, ``dtype``, ``Process Group Name/Ranks``; PyTorch ≥ 2.1), else from
-  the ``record_param_comms`` op that launched it, else op and dtype from the kernel name
-  with an unknown size (older PyTorch records none).
+  the ``record_param_comms`` op that launched it, else (PyTorch 1.13–2.0, recorded with
+  ``record_shapes``) from the ``nccl:all_reduce``-style annotation around the launch
+  (``Input Dims``, ``Input type``) and its ``c10d::*`` op (output dims of all-gathers and
+  all-to-alls), in the job's default group; else op and dtype from the kernel name with an
+  unknown size.  A kernel launched inside ``coalesced`` runs the calls recorded before it
+  on its thread since the previous NCCL launch: one collective of their summed size.
+  An all-to-all whose output and input differ (all-to-allv) counts the larger of the two.
 - Other kernels, memcpys and memsets become compute phases: consecutive work on one stream,
   cut at every collective and iteration boundary, with its busy time as ``duration_us``.
 - ``ProfilerStep#N`` annotations number the iterations (by each kernel's CPU launch time).
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -29,6 +35,7 @@ from typing import Any
 
 from traces.errors import TraceError
 from traces.json_stream import stream_object
+from traces.kineto_calls import Spans, annotation_args, coalesce
 from traces.merge import RankPart, merge_ranks
 from traces.schema import MAX_WORLD_SIZE, CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
 from traces.task import DTYPE_BYTES, Op, parse_op
@@ -94,9 +101,10 @@ def collective_op(name: str) -> Op | None:
 
 
 def message_bytes(op: Op, in_nelems: int, out_nelems: int, dtype: str) -> int:
-    """nccl-tests' size from PyTorch's element counts: output for AllGather, input otherwise."""
+    """nccl-tests' size from PyTorch's element counts: output for AllGather, input otherwise
+    (the larger for all-to-allv, whose input and output differ)."""
     nelems = out_nelems if op is Op.ALLGATHER else in_nelems
-    if op is Op.SENDRECV:
+    if op in (Op.SENDRECV, Op.ALLTOALL):
         nelems = max(in_nelems, out_nelems)
     return nelems * DTYPE_BYTES[dtype]
 
@@ -121,8 +129,11 @@ class _RankFile:
     path: str
     gpu: list[_Gpu] = field(default_factory=list)
     launches: dict[int, tuple[Any, float]] = field(default_factory=dict)  # correlation → (tid, ts)
-    comm_ops: dict[Any, list[tuple[float, float, dict[str, Any]]]] = field(default_factory=dict)  # per tid
+    comm_ops: Spans = field(default_factory=Spans)  # record_param_comms with a Collective name: args
+    annotations: Spans = field(default_factory=Spans)  # nccl:* annotations: (name, args, start)
+    c10d_ops: Spans = field(default_factory=Spans)  # c10d::* ops: (name, args)
     steps: list[tuple[float, int]] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
 
     def take(self, event: Any) -> None:
         if not isinstance(event, dict) or event.get("cat") not in _READ or not isinstance(event.get("name"), str):
@@ -147,29 +158,53 @@ class _RankFile:
         elif cat == "cuda_runtime" and correlation is not None:
             self.launches[correlation] = (tid, _num(event, "ts", self.path))
         elif cat == "cpu_op" and name == "record_param_comms" and "Collective name" in args:
-            start = _num(event, "ts", self.path)
-            span = (start, start + _num(event, "dur", self.path), args)
-            self.comm_ops.setdefault(tid, []).append(span)
+            self.comm_ops.add(tid, *self._span(event), args)
+        elif cat == "cpu_op" and name.startswith("c10d::"):
+            self.c10d_ops.add(tid, *self._span(event), (name, args))
+        elif cat == "user_annotation" and name.startswith("nccl:"):
+            start, end = self._span(event)
+            self.annotations.add(tid, start, end, (name, args, start))
         elif cat == "user_annotation" and (match := _STEP.match(name)):
             self.steps.append((_num(event, "ts", self.path), int(match[1])))
 
-    def resolve_launches(self) -> None:
+    def _span(self, event: dict) -> tuple[float, float]:
+        start = _num(event, "ts", self.path)
+        return start, start + _num(event, "dur", self.path)
+
+    def resolve_launches(self, world: int) -> None:
         """Give each GPU activity its CPU launch time and each NCCL kernel its collective args."""
-        for ops in self.comm_ops.values():
-            ops.sort(key=lambda op: op[0])
-        for gpu in self.gpu:
+        previous: dict[Any, float] = {}  # thread → launch time of its previous NCCL kernel
+        for gpu in sorted(self.gpu, key=lambda g: self.launches.get(g.correlation, (None, g.ts))[1]):
             tid_ts = self.launches.get(gpu.correlation) if gpu.correlation is not None else None
             gpu.launch = tid_ts[1] if tid_ts else gpu.ts
-            if gpu.nccl_name and gpu.comm is None and tid_ts:
-                gpu.comm = self._comm_op_at(*tid_ts)
+            if gpu.nccl_name and tid_ts:
+                if gpu.comm is None:
+                    gpu.comm = self._call_at(*tid_ts, previous.get(tid_ts[0], -math.inf), world)
+                previous[tid_ts[0]] = tid_ts[1]
 
-    def _comm_op_at(self, tid: Any, ts: float) -> dict[str, Any] | None:
-        """The args of the ``record_param_comms`` op whose span on thread ``tid`` holds time ``ts``."""
-        ops = self.comm_ops.get(tid, [])
-        position = bisect.bisect_right(ops, ts, key=lambda op: op[0]) - 1
-        if position >= 0 and ops[position][1] >= ts:
-            return ops[position][2]
-        return None
+    def _call_at(self, tid: Any, ts: float, since: float, world: int) -> dict[str, Any] | None:
+        """The args of the call that launched an NCCL kernel at ``ts`` on thread ``tid``: its
+        ``record_param_comms`` op, else its ``nccl:*`` annotation; a coalesced call sums the calls
+        recorded after ``since`` (the previous NCCL launch on the thread)."""
+        args = self.comm_ops.holding(tid, ts)
+        members = self.comm_ops.between(tid, since, ts)
+        if args is None:
+            annotation = self.annotations.holding(tid, ts)
+            if annotation is None:
+                return None
+            args = self._annotated(tid, annotation, world)
+            members = [self._annotated(tid, a, world) for a in self.annotations.between(tid, since, ts)]
+        if args is None or args.get("Collective name") != "coalesced":
+            return args
+        merged = coalesce([m for m in members if m is not None and m.get("Collective name") != "coalesced"])
+        if isinstance(merged, str):
+            self.skipped[merged] += 1
+            return None
+        return merged
+
+    def _annotated(self, tid: Any, annotation: tuple[str, dict, float], world: int) -> dict[str, Any] | None:
+        name, args, start = annotation
+        return annotation_args(name, args, self.c10d_ops.holding(tid, start), world)
 
 
 def _num(event: dict, key: str, path: str) -> float:
@@ -208,7 +243,8 @@ def _read_rank(path: str, skipped: Counter[str]) -> tuple[RankPart, dict[str, An
     if not 1 <= world <= MAX_WORLD_SIZE:
         raise TraceError(f"implausible world size {world}", path)
     groups = _configured_groups(info, world)
-    state.resolve_launches()
+    state.resolve_launches(world)
+    skipped.update(state.skipped)
     steps = sorted(state.steps)
     events = _events(state.gpu, [ts for ts, _ in steps], groups, world, path, skipped)
     devices = others.get("deviceProperties") if isinstance(others.get("deviceProperties"), list) else []
@@ -301,6 +337,8 @@ def _collective(gpu: _Gpu, groups: dict[str, ProcessGroup], world: int, path: st
     in_n, out_n = args.get("In msg nelems"), args.get("Out msg nelems")
     if not (isinstance(in_n, int) and isinstance(out_n, int)) or min(in_n, out_n) < 0:
         raise TraceError(f"{where}: bad message size {in_n!r}/{out_n!r}", path)
+    if "Process Group Name" not in args and "Group size" not in args:
+        return op, message_bytes(op, in_n, out_n, dtype), dtype, _world_group(groups, world)
     group_id = str(args.get("Process Group Name", "0"))
     if group_id not in groups:
         ranks = _ranks_of(args, world)
