@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from ccltwin.trace import app
 from tests.testdata import DATA
-from traces.errors import TraceError
 from traces.kineto import read_kineto
 from traces.kineto_calls import Spans
 from traces.task import Op, Task
