@@ -94,7 +94,8 @@ _READ = _GPU_WORK | {"cuda_runtime", "cpu_op", "user_annotation"}  # the event c
 
 def collective_op(name: str) -> Op | None:
     """The Op of a PyTorch collective name (``allreduce``, ``_allgather_base``...), None if not one."""
-    name = name.removesuffix("_coalesced")
+    name = name.removesuffix("_coalesced").removesuffix("_into_tensor")
+    name = name.removesuffix("v") if name in ("all_to_allv", "alltoallv") else name  # sizes per peer
     if name in _NOT_COLLECTIVES:
         return None
     return Op.ALLREDUCE if name == "barrier" else parse_op(name)

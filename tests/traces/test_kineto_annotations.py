@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -19,27 +18,8 @@ from traces.kineto_calls import Spans
 from traces.task import Op, Task
 from traces.trace_file import load_trace
 
-DLRM = DATA / "traces" / "param-dlrm"
 HTA16 = DATA / "traces" / "hta" / "16rank-rank0-alltoall-allgather-reducescatter.json.gz"
 runner = CliRunner()
-
-
-def unpack(archive: Path, into: Path) -> Path:
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():  # no extractall(filter=): Python < 3.11.4 lacks it
-            if member.isfile():
-                target = into / member.name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(tar.extractfile(member).read())
-    return into
-
-
-@pytest.fixture(scope="module")
-def dlrm(tmp_path_factory) -> Path:
-    """The unpacked DLRM archives: dlrm_kineto/ (8 Kineto traces) and dlrm_pytorch_et/ (8 execution traces)."""
-    into = tmp_path_factory.mktemp("dlrm")
-    unpack(DLRM / "dlrm_kineto.tar.gz", into)
-    return unpack(DLRM / "dlrm_pytorch_et.tar.gz", into)
 
 
 DLRM_TASKS = {  # per step: 3 gradient all-reduces, 5 embedding all-to-alls (one of them all-to-allv)
