@@ -36,6 +36,7 @@ from typing import Any
 from traces.errors import TraceError
 from traces.json_stream import stream_object
 from traces.kineto_calls import Spans, annotation_args, coalesce
+from traces.kineto_compute import COMPUTE_OPS, Work, kernel_category, op_work
 from traces.merge import RankPart, merge_ranks
 from traces.schema import MAX_WORLD_SIZE, CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
 from traces.task import DTYPE_BYTES, Op, parse_op
@@ -89,7 +90,8 @@ _NOT_COLLECTIVES = {"wait", "init", "coalesced", "gather", "scatter", ""}
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _GPU_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
-_READ = _GPU_WORK | {"cuda_runtime", "cpu_op", "user_annotation"}  # the event categories the import uses
+_LAUNCHES = {"cuda_runtime", "cuda_driver"}  # cudaLaunchKernel, and cuLaunchKernel (cuBLAS/CUTLASS kernels)
+_READ = _GPU_WORK | _LAUNCHES | {"cpu_op", "user_annotation"}  # the event categories the import uses
 
 
 def collective_op(name: str) -> Op | None:
@@ -121,6 +123,9 @@ class _Gpu:
     nccl_name: str | None = None  # the kernel name, for NCCL kernels only
     comm: dict[str, Any] | None = None  # collective args, for NCCL kernels
     launch: float = 0.0  # CPU time of the launch (the GPU time when unknown)
+    category: str | None = None  # what the kernel's name says it is (compute kernels)
+    op: tuple[Any, ...] | None = None  # (thread, start, name, CPU µs) of the GEMM/attention op that launched it
+    work: Work | None = None  # that op's work
 
 
 @dataclass
@@ -133,6 +138,7 @@ class _RankFile:
     comm_ops: Spans = field(default_factory=Spans)  # record_param_comms with a Collective name: args
     annotations: Spans = field(default_factory=Spans)  # nccl:* annotations: (name, args, start)
     c10d_ops: Spans = field(default_factory=Spans)  # c10d::* ops: (name, args)
+    compute_ops: Spans = field(default_factory=Spans)  # GEMM and attention ops: (tid, start, name, µs, args)
     steps: list[tuple[float, int]] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
 
@@ -154,12 +160,16 @@ class _RankFile:
                     correlation,
                     name if nccl else None,
                     args if nccl and "Collective name" in args else None,
+                    category=None if nccl else kernel_category(name, cat),
                 )
             )
-        elif cat == "cuda_runtime" and correlation is not None:
+        elif cat in _LAUNCHES and correlation is not None:
             self.launches[correlation] = (tid, _num(event, "ts", self.path))
         elif cat == "cpu_op" and name == "record_param_comms" and "Collective name" in args:
             self.comm_ops.add(tid, *self._span(event), args)
+        elif cat == "cpu_op" and name in COMPUTE_OPS:
+            start, end = self._span(event)
+            self.compute_ops.add(tid, start, end, (tid, start, name, end - start, args))
         elif cat == "cpu_op" and name.startswith("c10d::"):
             self.c10d_ops.add(tid, *self._span(event), (name, args))
         elif cat == "user_annotation" and name.startswith("nccl:"):
@@ -182,6 +192,8 @@ class _RankFile:
                 if gpu.comm is None:
                     gpu.comm = self._call_at(*tid_ts, previous.get(tid_ts[0], -math.inf), world)
                 previous[tid_ts[0]] = tid_ts[1]
+            elif tid_ts and (op := self.compute_ops.holding(*tid_ts)) is not None:
+                gpu.op, gpu.work = op[:4], op_work(op[2], op[4])
 
     def _call_at(self, tid: Any, ts: float, since: float, world: int) -> dict[str, Any] | None:
         """The args of the call that launched an NCCL kernel at ``ts`` on thread ``tid``: its
@@ -359,11 +371,11 @@ def _events(
 ) -> list[Event]:
     """Collectives and compute phases in start order, with observed cross-stream dependencies."""
     items: list[tuple[float, float, str, tuple]] = []  # (start, end, stream, payload)
-    phases: dict[str, list] = {}  # stream → [start, end, busy, count, iteration] of the open phase
+    phases: dict[str, list] = {}  # stream → [start, end, busy, count, iteration, key, first work] of the open phase
 
     def close(stream: str) -> None:
-        start, end, busy, count, it = phases.pop(stream)
-        items.append((start, end, stream, ("compute", busy, count, it)))
+        start, end, busy, count, it, _, first = phases.pop(stream)
+        items.append((start, end, stream, ("compute", busy, count, it, first)))
 
     for work in sorted(gpu, key=lambda g: (g.ts, g.dur)):
         it = max(bisect.bisect_right(step_starts, work.launch) - 1, 0)
@@ -375,12 +387,14 @@ def _events(
                     (work.ts, work.ts + work.dur, work.stream, ("collective", *described, it, work.nccl_name))
                 )
             continue
+        # one phase per GEMM/attention op; consecutive kernels of one category (or none known) together
+        key = ("op", work.op[:2]) if work.work else ("category", work.category)
         phase = phases.get(work.stream)
-        if phase is not None and phase[4] != it:
+        if phase is not None and (phase[4] != it or phase[5] != key):
             close(work.stream)
             phase = None
         if phase is None:
-            phases[work.stream] = [work.ts, work.ts + work.dur, work.dur, 1, it]
+            phases[work.stream] = [work.ts, work.ts + work.dur, work.dur, 1, it, key, work]
         else:
             phase[1], phase[2], phase[3] = (
                 max(phase[1], work.ts + work.dur),
@@ -413,7 +427,18 @@ def _with_dependencies(items: list[tuple[float, float, str, Any]]) -> list[Event
             _, op, nbytes, dtype, group, it, name = payload
             events.append(CollectiveEvent(index, op, nbytes, group, dtype, stream, it, name=name, **times))
         else:
-            _, busy, count, it = payload
-            events.append(ComputeEvent(index, f"{count} GPU ops", stream, it, busy, **times))
+            _, busy, count, it, first = payload
+            events.append(_compute(index, stream, it, busy, count, first, times))
         ends[stream].append((end, index))
     return events
+
+
+def _compute(index: int, stream: str, it: int, busy: float, count: int, first: _Gpu, times: dict) -> ComputeEvent:
+    """A compute phase: one GEMM/attention op's kernels (with its shape, dtype, FLOPs and CPU time),
+    or a run of kernels of one category."""
+    if first.work is not None:
+        work, (_, _, name, host_us) = first.work, first.op
+        return ComputeEvent(index, name, stream, it, busy, flops=work.flops, category=work.category,
+                            shape=work.shape, dtype=work.dtype, kernels=count, host_us=host_us, **times)
+    return ComputeEvent(index, f"{count} GPU ops", stream, it, busy, category=first.category, kernels=count,
+                        **times)

@@ -42,7 +42,7 @@ def test_dlrm_eight_ranks_from_a_directory(dlrm, tmp_path):
     out = tmp_path / "dlrm.json"
     result = runner.invoke(app, ["import", str(dlrm / "dlrm_kineto"), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert "8 rank(s) in the trace, 152 events, 7 distinct tasks" in result.output
+    assert "8 rank(s) in the trace, 722 events, 7 distinct tasks" in result.output
     trace = load_trace(out)
     assert trace.world_size == 8 and [r.rank for r in trace.ranks] == list(range(8))
     assert trace.tasks() == DLRM_TASKS and trace.unsized() == 0
