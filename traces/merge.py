@@ -4,16 +4,22 @@ Each rank keeps its own clock: times are not shifted, so the skew between ranks 
 collective first, who waited) stays in the trace.  An all-to-allv sends different amounts from
 each rank, so the ranks of one call disagree on its size: the call takes the largest (the rank
 that sets its time), and ``metadata["alltoallv"]`` keeps what each rank recorded.
+
+Every timed collective passes ``traces.plausibility.implausible_call`` (size, time > 0, busbw
+within what links carry): the impossible is a ``TraceError`` naming the file, rank and event; a
+call timed at exactly 0 µs (a clock that did not tick) a warning, and it keeps no time.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from traces.errors import TraceError
+from traces.errors import CcltwinWarning, TraceError
+from traces.plausibility import implausible_call
 from traces.schema import CollectiveEvent, ProcessGroup, RankTrace, Trace
 from traces.task import Op
 
@@ -60,7 +66,9 @@ def merge_ranks(parts: Iterable[RankPart], source: str, metadata: dict[str, Any]
         where = ", ".join(part.path for part in by_rank.values())
         raise TraceError(f"no collective in the {source} file(s): nothing to import (recorded without NCCL "
                          "communication, or cut before the first one?)", where)
-    ranks, uneven = _even_alltoalls([by_rank[rank].trace for rank in sorted(by_rank)])
+    sizes = {group_id: len(group.ranks) for group_id, (_, group) in groups.items()}
+    checked = [_plausible(by_rank[rank], sizes) for rank in sorted(by_rank)]
+    ranks, uneven = _even_alltoalls(checked)
     if uneven:
         metadata = {**metadata, "alltoallv": uneven}
     trace = Trace(
@@ -106,3 +114,29 @@ def _even_alltoalls(ranks: list[RankTrace]) -> tuple[list[RankTrace], list[dict[
         ))
         for trace in ranks
     ], uneven
+
+
+def _time_of(event: CollectiveEvent) -> float | None:
+    if event.duration_us is not None:
+        return event.duration_us
+    if event.start_us is not None and event.end_us is not None:
+        return event.end_us - event.start_us
+    return None
+
+
+def _plausible(part: RankPart, sizes: dict[str, int]) -> RankTrace:
+    """``part``'s events, each timed collective checked (see the module docstring)."""
+    events = []
+    for event in part.trace.events:
+        time = _time_of(event) if isinstance(event, CollectiveEvent) and event.nbytes is not None else None
+        if time == 0.0:
+            warnings.warn(CcltwinWarning(f"{part.path}, rank {part.trace.rank}, event {event.id} ({event.name}): "
+                                         "timed at 0 us; kept without a time"), stacklevel=3)
+            event = replace(event, duration_us=None, end_us=event.start_us)
+        elif time is not None and (problem := implausible_call(
+                event.op, nbytes=event.nbytes, nranks=2 if event.peer is not None else sizes.get(event.group, 1),
+                time_us=time)):
+            raise TraceError(f"{event.name or event.op.value}: {problem}", part.path, rank=part.trace.rank,
+                             event=event.id)
+        events.append(event)
+    return replace(part.trace, events=tuple(events))
