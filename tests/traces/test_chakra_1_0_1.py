@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.traces.test_kineto_annotations import DLRM_TASKS
 from traces.chakra import read_chakra
@@ -38,3 +40,24 @@ def test_node_without_collective_name(dlrm, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceError, match=rf"eg\.json: record_param_comms node {node['id']}: no collective name"):
         read_chakra([path])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_corrupt_1_0_1_nodes_raise_only_trace_error(dlrm, tmp_path, data):
+    doc = json.loads((dlrm / "dlrm_pytorch_et" / "dlrm_eg_0.json").read_text())
+    comms = [n for n in doc["nodes"] if n["name"] in ("record_param_comms", "c10d::alltoall_base_")]
+    node = data.draw(st.sampled_from(comms))
+    section = data.draw(st.sampled_from(["inputs", "input_types", "outputs", "parent", "id"]))
+    node[section] = data.draw(
+        st.none() | st.integers(-1, 3) | st.text(max_size=5)
+        | st.lists(st.integers(-1, 9) | st.text(max_size=3) | st.lists(st.integers(-1, 9), max_size=8), max_size=8)
+    )
+    path = tmp_path / "eg.json"
+    path.write_text(json.dumps(doc))
+    try:
+        trace = read_chakra([path])
+    except TraceError as err:
+        assert str(err).startswith(f"{path}")
+    else:
+        assert trace.world_size >= 1 and trace.metadata["schemas"] == ["1.0.1"]
