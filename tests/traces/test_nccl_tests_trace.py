@@ -78,3 +78,18 @@ def test_any_rows_of_a_real_log(data):
     assert [len(r.events) for r in trace.ranks] == [len(rows)] * 16
     tasks = trace.tasks()
     assert sum(tasks.values()) == len(rows) and {t.nbytes for t in tasks} == {r.nbytes for r in rows}
+
+
+def test_version_from_nccl_info_lines(tmp_path):
+    """A log run with NCCL_DEBUG=INFO says the version on its ``NCCL INFO`` lines (prefixed host:pid:tid)."""
+    lines = [line for line in L40S.read_text().splitlines()
+             if not line.startswith(("# NCCL:", "NCCL version", "# nccl-tests version"))]
+    at = next(i for i, line in enumerate(lines) if line.startswith("#  Rank  1"))
+    lines[at + 1:at + 1] = ["oat-04:1149754:1149754 [0] NCCL INFO NCCL version 2.18.5+cuda12.2",
+                            "oat-04:1149754:1149760 [0] NCCL INFO Using network Socket"]
+    lines.insert(0, "# nccl-tests version 2.13.8 nccl-headers=21805 nccl-library=21805")
+    path = tmp_path / "info.txt"
+    path.write_text("\n".join(lines) + "\n")
+    trace = read_nccl_tests_trace([path])
+    assert (trace.metadata["nccl_version"], trace.metadata["nccl_headers_version"]) == ("2.18.5", "2.18.5")
+    assert trace.tasks() == read_nccl_tests_trace([L40S]).tasks()
