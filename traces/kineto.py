@@ -209,7 +209,7 @@ class _RankFile:
             members = [self._annotated(tid, a, world) for a in self.annotations.between(tid, since, ts)]
         if args is None or args.get("Collective name") != "coalesced":
             return args
-        merged = coalesce([m for m in members if m is not None and m.get("Collective name") != "coalesced"])
+        merged = coalesce([m for m in members if m is not None and m.get("Collective name") not in _NOT_COLLECTIVES])
         if isinstance(merged, str):
             self.skipped[merged] += 1
             return None

@@ -141,3 +141,25 @@ def test_directory_without_traces(tmp_path):
     result = runner.invoke(app, ["import", str(tmp_path), "-o", str(tmp_path / "out.json")])
     assert result.exit_code == 2 and result.output.count("\n") == 1
     assert f"{tmp_path}: no trace files" in result.output and not (tmp_path / "out.json").exists()
+
+
+def test_coalesced_record_param_comms_skip_waits(tmp_path):
+    """PyTorch ≥ 2.1 names coalesced members on record_param_comms; a ``wait`` between them is no member."""
+    events, ts = [], 1000.0
+    for name, n in [("allreduce", 100), ("wait", 0), ("allreduce", 300)]:
+        events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "tid": 7, "ts": ts, "dur": 5,
+                       "args": {"Collective name": name, "dtype": "BFloat16", "In msg nelems": n,
+                                "Out msg nelems": n, "Group size": 2, "Process Group Name": "0",
+                                "Process Group Ranks": "[0, 1]"}})
+        ts += 10
+    events += [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "tid": 7, "ts": ts, "dur": 5,
+         "args": {"Collective name": "coalesced", "Process Group Name": "0"}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 7, "ts": ts + 1, "dur": 1,
+         "args": {"correlation": 5}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", "tid": 9,
+         "ts": ts + 20, "dur": 10, "args": {"stream": 9, "correlation": 5}},
+    ]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 2}}))
+    assert read_kineto([path]).tasks() == {Task(Op.ALLREDUCE, 800, 2, "bfloat16", "0"): 1.0}
