@@ -8,7 +8,8 @@ What is read from each rank's ``traceEvents`` (streamed, see ``traces.json_strea
   the ``record_param_comms`` op that launched it, else (PyTorch 1.13–2.0, recorded with
   ``record_shapes``) from the ``nccl:all_reduce``-style annotation around the launch
   (``Input Dims``, ``Input type``) and its ``c10d::*`` op (output dims of all-gathers and
-  all-to-alls), in the job's default group; else op and dtype from the kernel name with an
+  all-to-alls), in the job's default group (or, where a gather's sizes show fewer ranks, the
+  block of consecutive ranks around this one, with a warning); else op and dtype from the kernel name with an
   unknown size.  A kernel launched inside ``coalesced`` runs the calls recorded before it
   on its thread since the previous NCCL launch: one collective of their summed size.
   An all-to-all whose output and input differ (all-to-allv) counts the larger of the two.
@@ -27,13 +28,14 @@ import bisect
 import json
 import math
 import re
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
 
-from traces.errors import TraceError
+from traces.errors import CcltwinWarning, TraceError
 from traces.json_stream import stream_object
 from traces.kineto_calls import Spans, annotation_args, coalesce
 from traces.kineto_compute import COMPUTE_OPS, Work, kernel_category, op_work
@@ -259,7 +261,7 @@ def _read_rank(path: str, skipped: Counter[str]) -> tuple[RankPart, dict[str, An
     state.resolve_launches(world)
     skipped.update(state.skipped)
     steps = sorted(state.steps)
-    events = _events(state.gpu, [ts for ts, _ in steps], groups, world, path, skipped)
+    events = _events(state.gpu, [ts for ts, _ in steps], groups, rank, world, path, skipped)
     devices = others.get("deviceProperties") if isinstance(others.get("deviceProperties"), list) else []
     meta = {
         "nccl_version": info.get("nccl_version"),
@@ -330,7 +332,29 @@ def _from_kernel_name(gpu: _Gpu, groups: dict[str, ProcessGroup], world: int, sk
     return op, None, dtype, _world_group(groups, world)
 
 
-def _collective(gpu: _Gpu, groups: dict[str, ProcessGroup], world: int, path: str, skipped: Counter[str]):
+def _assumed_group(op: Op, in_n: int, out_n: int, rank: int, world: int, groups: dict[str, ProcessGroup],
+                   path: str) -> str:
+    """The group of a call whose profile names none: all ranks, unless a gather's sizes show it has g
+    ranks (out = g × in); then the block of g consecutive ranks holding this rank (how Megatron, FSDP's
+    hybrid shard and torchrun lay out node-local groups), said once per file as a warning."""
+    big, small = (out_n, in_n) if op is Op.ALLGATHER else (in_n, out_n)
+    size = big // small if op in (Op.ALLGATHER, Op.REDUCESCATTER) and small and big % small == 0 else world
+    if size == world or world % size:
+        return _world_group(groups, world)
+    first = rank - rank % size
+    group_id = f"assumed:{first}-{first + size - 1}"
+    if group_id not in groups:
+        groups[group_id] = ProcessGroup(group_id, tuple(range(first, first + size)),
+                                        name=f"assumed: the {size} ranks around rank {rank} (sizes show {size})")
+        warnings.warn(CcltwinWarning(
+            f"{path}: {op.value} with {big} elements in all and {small} per rank runs on {size} of the job's "
+            f"{world} ranks; the profile names no groups, so ranks {first}-{first + size - 1} are assumed"),
+            stacklevel=2)
+    return group_id
+
+
+def _collective(gpu: _Gpu, groups: dict[str, ProcessGroup], rank: int, world: int, path: str,
+                skipped: Counter[str]):
     """(op, nbytes, dtype, group id) of an NCCL kernel; None when it is not a collective ccltwin models."""
     args = gpu.comm
     if args is None:
@@ -351,7 +375,8 @@ def _collective(gpu: _Gpu, groups: dict[str, ProcessGroup], world: int, path: st
     if not (isinstance(in_n, int) and isinstance(out_n, int)) or min(in_n, out_n) < 0:
         raise TraceError(f"{where}: bad message size {in_n!r}/{out_n!r}", path)
     if "Process Group Name" not in args and "Group size" not in args:
-        return op, message_bytes(op, in_n, out_n, dtype), dtype, _world_group(groups, world)
+        group_id = _assumed_group(op, in_n, out_n, rank, world, groups, path)
+        return op, message_bytes(op, in_n, out_n, dtype), dtype, group_id
     group_id = str(args.get("Process Group Name", "0"))
     if group_id not in groups:
         ranks = _ranks_of(args, world)
@@ -365,6 +390,7 @@ def _events(
     gpu: list[_Gpu],
     step_starts: list[float],
     groups: dict[str, ProcessGroup],
+    rank: int,
     world: int,
     path: str,
     skipped: Counter[str],
@@ -382,7 +408,7 @@ def _events(
         if work.nccl_name:
             for stream in list(phases):
                 close(stream)
-            if described := _collective(work, groups, world, path, skipped):
+            if described := _collective(work, groups, rank, world, path, skipped):
                 items.append(
                     (work.ts, work.ts + work.dur, work.stream, ("collective", *described, it, work.nccl_name))
                 )

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ccltwin.trace import app
 from tests.testdata import DATA
+from traces.errors import CcltwinWarning
 from traces.kineto import read_kineto
 from traces.kineto_calls import Spans
 from traces.task import Op, Task
@@ -62,13 +64,19 @@ def test_same_job_from_files_in_any_order(dlrm):
 
 
 def test_sixteen_rank_job_all_ops():
-    """_allgather_base (output from its c10d op), _reduce_scatter_base, all-to-all and all-reduce."""
-    trace = read_kineto([HTA16])
+    """_allgather_base and _reduce_scatter_base (their c10d ops give output and input: 8 ranks of the 16,
+    assumed to be the 8 around rank 0, and said), all-to-all and all-reduce (on all ranks)."""
+    with pytest.warns(CcltwinWarning, match=r"16rank-rank0-alltoall-allgather-reducescatter\.json\.gz: "
+                      r"reducescatter with 25165824 elements in all and 3145728 per rank runs on 8 of the job's 16 "
+                      r"ranks; the profile names no groups, so ranks 0-7 are assumed"):
+        trace = read_kineto([HTA16])
     assert (trace.world_size, trace.iterations, trace.unsized()) == (16, 5, 0)
+    assert trace.group("assumed:0-7").ranks == tuple(range(8))
     tasks = trace.tasks()
-    assert tasks[Task(Op.ALLGATHER, 65536 * 64 * 4, 16, "float32", "world")] == 1.0
-    assert tasks[Task(Op.REDUCESCATTER, 65536 * 384 * 4, 16, "float32", "world")] == 1.0
+    assert tasks[Task(Op.ALLGATHER, 65536 * 64 * 4, 8, "float32", "assumed:0-7")] == 1.0
+    assert tasks[Task(Op.REDUCESCATTER, 65536 * 384 * 4, 8, "float32", "assumed:0-7")] == 1.0
     assert tasks[Task(Op.ALLTOALL, 3145728 * 4, 16, "float32", "world")] == 2.0  # input 3145728 > output
+    assert tasks[Task(Op.ALLREDUCE, 366336 * 4, 16, "float32", "world")] == 1.0
     assert {t.op for t in tasks} == {Op.ALLREDUCE, Op.ALLGATHER, Op.REDUCESCATTER, Op.ALLTOALL}
 
 
