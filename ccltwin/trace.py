@@ -1,6 +1,7 @@
 """``ccltwin trace``: import traces people already have, and summarize a trace.
 
 ccltwin trace import rank0.json.gz rank1.json.gz -o job.json
+ccltwin trace import profiles/ -o job.json          (every rank's file in a directory)
 ccltwin trace import all_reduce.log --format nccl-tests -o ar.json
 ccltwin trace summary job.json [--json]
 ccltwin trace capture -o job.json --nproc-per-node 2 [--iterations N] [--warmup W] train.py [script args]
@@ -21,19 +22,21 @@ import typer
 from ccltwin.cli import App
 from traces.capture.launch import torchrun_command
 from traces.errors import TraceError
-from traces.formats import TraceFormat, files_format, nccl_tests_document, read_files
+from traces.formats import TraceFormat, expand_paths, files_format, read_files
 from traces.generate import generate as generate_trace
 from traces.generate import list_models, list_presets, workload
 from traces.generate.workload import parse_overrides
 from traces.summary import describe, format_summary, summarize
-from traces.trace_file import check_writable, load_trace, save_trace, write_atomic
+from traces.trace_file import check_writable, load_trace, save_trace
 
 app = App(help="Import, inspect and summarize collective traces.", no_args_is_help=True)
 
 
 @app.command("import")
 def import_(
-    files: Annotated[list[Path], typer.Argument(help="One file per rank (or several nccl-tests logs).")],
+    files: Annotated[
+        list[Path], typer.Argument(help="One file per rank, or directories of them (or nccl-tests logs).")
+    ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write; .gz compresses.")],
     fmt: Annotated[
         TraceFormat, typer.Option("--format", help="Input format; auto tells from the content.")
@@ -43,16 +46,13 @@ def import_(
         typer.Option("--rank", help="Rank of each file, in order (execution traces, flight recorder)."),
     ] = None,
 ) -> None:
-    """Import Kineto, execution-trace, flight-recorder or nccl-tests files; write nothing on error."""
-    paths = [str(f) for f in files]
+    """Import Kineto, execution-trace, flight-recorder or nccl-tests files; write nothing on error.
+
+    An nccl-tests run becomes a trace of its measured sizes, that summary, whatif and predict take.
+    """
+    paths = expand_paths([str(f) for f in files])
     check_writable(output, "trace")
-    chosen = files_format(paths, fmt, rank)
-    if chosen is TraceFormat.NCCL_TESTS:
-        document = nccl_tests_document(paths)
-        write_atomic(output, [json.dumps(document, indent=1), "\n"])
-        typer.echo(f"wrote {output}: {sum(len(log['rows']) for log in document['logs'])} rows")
-        return
-    trace = read_files(paths, chosen, rank)
+    trace = read_files(paths, files_format(paths, fmt, rank), rank)
     save_trace(trace, output)
     typer.echo(f"wrote {output}: {describe(trace)}")
 

@@ -7,6 +7,12 @@ and group in ``attrs``; 1.0 only in the positional inputs (tensors as ``[id, sto
 offset, numel, itemsize, device]``). ``## process_group:init ##`` lists the groups, and
 ``ProfilerStep#N`` ancestors number the iterations. Execution traces carry no durations,
 so the result holds the collectives only, on one stream per group, in issue order.
+
+Schema 1.0.1 (PyTorch 2.0) writes ``parent`` for ``ctrl_deps``, ``inputs``/``outputs`` as plain
+lists beside ``input_types``, and neither the groups nor the world size: the world is the
+largest of the ranks given, the files' rank inputs and the all-to-allv split lists, and a
+group known only by its address is the job's default group (all ranks), named by the order
+in which the file first uses it (``pg0``, ``pg1``…).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
@@ -40,6 +47,7 @@ _ET_DTYPES = {
     "c10::BFloat16": "bfloat16",
     "c10::Half": "float16",
     "long": "int64",
+    "long int": "int64",
     "int": "int32",
     "signed char": "int8",
     "unsigned char": "uint8",
@@ -58,15 +66,13 @@ def read_chakra(paths: Sequence[str | PathLike[str]], ranks: Sequence[int] | Non
     if ranks is not None and len(ranks) != len(paths):
         raise TraceError(f"{len(paths)} files but {len(ranks)} ranks given")
     skipped: Counter[str] = Counter()
-    parts, schemas = [], set()
-    for index, path in enumerate(map(str, paths)):
-        part, schema = _read_rank(path, None if ranks is None else ranks[index], skipped)
-        parts.append(part)
-        schemas.add(schema)
+    parsed = [_parse(path, None if ranks is None else ranks[i], skipped) for i, path in enumerate(map(str, paths))]
+    world = max((p.world for p in parsed), default=1)
+    parts = [_part(p, world) for p in parsed]
     metadata: dict[str, Any] = {
         "importer": "chakra",
         "files": [str(p) for p in paths],
-        "schemas": sorted(schemas),
+        "schemas": sorted({p.schema for p in parsed}),
     }
     if skipped:
         metadata["not_imported"] = dict(skipped)
@@ -91,8 +97,9 @@ class _Nodes:
         ):
             raise TraceError(f"malformed node {str(node)[:80]!r} (needs an integer id and a name)", self.path)
         name = node["name"]
-        if isinstance(node.get("ctrl_deps"), int):
-            self.parent[node["id"]] = node["ctrl_deps"]
+        parent = node.get("ctrl_deps", node.get("parent"))  # 1.0.1 calls it parent
+        if isinstance(parent, int):
+            self.parent[node["id"]] = parent
         if match := _STEP.match(name):
             self.steps[node["id"]] = int(match[1])
         elif name == "record_param_comms":
@@ -119,7 +126,19 @@ def _group_configs(node: dict, path: str) -> list[dict[str, Any]]:
     return [c for c in configs if isinstance(c, dict)] if isinstance(configs, list) else []
 
 
-def _read_rank(path: str, rank: int | None, skipped: Counter[str]) -> tuple[RankPart, str]:
+@dataclass
+class _Parsed:
+    """One file's collectives, before the job's world size is known."""
+
+    path: str
+    schema: str
+    rank: int
+    world: int  # the largest world size this file shows
+    nodes: _Nodes
+    comms: list[tuple[int, dict[str, Any]]]
+
+
+def _parse(path: str, rank: int | None, skipped: Counter[str]) -> _Parsed:
     nodes = _Nodes(path)
     top = stream_object(path, "nodes", nodes.take)
     schema = top.get("schema")
@@ -142,18 +161,29 @@ def _read_rank(path: str, rank: int | None, skipped: Counter[str]) -> tuple[Rank
         rank = next((c["rank"] for _, c in comms if c["rank"] is not None), None)
         if rank is None:
             raise TraceError("the file does not say which rank it is: give the rank explicitly", path)
-    groups = {c["pg_name"]: c for c in nodes.group_configs if isinstance(c.get("pg_name"), str)}
     world = max(
-        [_int(c.get("group_size")) or 0 for c in groups.values()] + [c["world"] or 0 for _, c in comms] + [1]
+        [_int(c.get("group_size")) or 0 for c in nodes.group_configs]
+        + [max(c["world"] or 0, c["splits"]) for _, c in comms] + [rank + 1]
     )
     if world > MAX_WORLD_SIZE:
         raise TraceError(f"implausible world size {world}", path)
+    return _Parsed(path, schema, rank, world, nodes, comms)
+
+
+def _part(parsed: _Parsed, world: int) -> RankPart:
+    nodes, path = parsed.nodes, parsed.path
+    groups = {c["pg_name"]: c for c in nodes.group_configs if isinstance(c.get("pg_name"), str)}
     steps = sorted(set(nodes.steps.values()))
     events, trace_groups = [], {}
     backends = {c["backend_id"]: name for name, c in groups.items() if _int(c.get("backend_id")) is not None}
-    for index, (node_id, comm) in enumerate(comms):
+    unnamed: dict[Any, str] = {}  # 1.0.1: a group's address → pg0, pg1… in order of first use
+    for index, (node_id, comm) in enumerate(parsed.comms):
         # schema 1.0 names the group by its backend's address, 1.1 by its name
-        comm["group"] = str(backends.get(comm["group"], comm["group"] if comm["group"] is not None else "0"))
+        key = comm["group"]
+        if key in backends or isinstance(key, str) or key is None:
+            comm["group"] = str(backends.get(key, key if key is not None else "0"))
+        else:
+            comm["group"] = unnamed.setdefault(key, f"pg{len(unnamed)}")
         group = trace_groups.get(comm["group"]) or _group(comm, groups, world, path)
         trace_groups[group.id] = group
         step = nodes.step_of(node_id)
@@ -170,8 +200,7 @@ def _read_rank(path: str, rank: int | None, skipped: Counter[str]) -> tuple[Rank
                 root=_global_root(comm["root"], group),
             )
         )
-    part = RankPart(path, world, RankTrace(rank, tuple(events)), tuple(trace_groups.values()))
-    return part, schema
+    return RankPart(path, world, RankTrace(parsed.rank, tuple(events)), tuple(trace_groups.values()))
 
 
 def _global_root(root: int | None, group: ProcessGroup) -> int | None:
@@ -198,8 +227,13 @@ def _comm(node: dict) -> dict[str, Any] | None:
     attrs = {
         a["name"]: a.get("value") for a in _of(node, "attrs", list) if isinstance(a, dict) and "name" in a
     }
-    inputs, outputs = _of(node, "inputs", dict), _of(node, "outputs", dict)
-    values, types = _of(inputs, "values", list), [str(t) for t in _of(inputs, "types", list)]
+    if isinstance(node.get("inputs"), list):  # schema 1.0.1: plain lists, types beside them
+        values, types = node["inputs"], [str(t) for t in _of(node, "input_types", list)]
+        out_values = _of(node, "outputs", list)
+    else:
+        inputs = _of(node, "inputs", dict)
+        values, types = _of(inputs, "values", list), [str(t) for t in _of(inputs, "types", list)]
+        out_values = _of(_of(node, "outputs", dict), "values", list)
     position = next((i for i, v in enumerate(values) if isinstance(v, str) and _is_collective_name(v)), None)
     name = attrs.get("collective_name") or (values[position] if position is not None else None)
     if not isinstance(name, str):
@@ -215,7 +249,7 @@ def _comm(node: dict) -> dict[str, Any] | None:
         in_n, out_n = int(attrs["in_msg_nelems"]), int(attrs.get("out_msg_nelems", -1))
     else:
         dtype, in_n = _tensors(values[0] if values else None, types[0] if types else "")
-        _, out_n = _tensors(_of(outputs, "values", list)[:1], "")
+        _, out_n = _tensors(out_values[:1], "")
     if dtype is None:
         raise ValueError(f"unknown dtype {attrs.get('dtype') or types[:1]}")
     group = values[position - 2] if position and position >= 2 else None
@@ -235,7 +269,13 @@ def _comm(node: dict) -> dict[str, Any] | None:
         "rank_start": _int(attrs.get("global_rank_start")),
         "rank_stride": _int(attrs.get("global_rank_stride")),
         "world": _int(values[-1]) if values else None,
+        "splits": _split_ranks(values[position + 1:] if position is not None else []),
     }
+
+
+def _split_ranks(values: list) -> int:
+    """How many ranks an all-to-allv's split lists (the inputs after its name) cover; 0 if none."""
+    return max((len(v) for v in values if isinstance(v, list) and all(_int(x) is not None for x in v)), default=0)
 
 
 def _group_key(value: Any) -> str | int | None:

@@ -2,8 +2,9 @@
 
 A profiler run leaves one Kineto file per rank, a PyTorch job its execution traces (Chakra) or
 flight-recorder dumps, a benchmark nccl-tests logs. ``read_files`` takes the files of one job in
-one format and returns the trace; nccl-tests logs are results rather than a trace, and
-``nccl_tests_document`` keeps their rows as they are.
+one format and returns the trace (an nccl-tests run as a trace of its measured sizes, see
+``traces.nccl_tests_trace``).  ``expand_paths`` lets a directory stand
+for the trace files in it (one per rank, as a profiler's ``on_trace_ready`` writes them).
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict
 from enum import StrEnum
+from pathlib import Path
 
 from traces.chakra import read_chakra
 from traces.errors import TraceError
 from traces.flight_recorder import read_flight_recorder
 from traces.kineto import read_kineto
-from traces.nccl_tests import read_nccl_tests
+from traces.nccl_tests_trace import read_nccl_tests_trace
 from traces.schema import Trace
 
-__all__ = ["TraceFormat", "detect_format", "files_format", "nccl_tests_document", "read_files"]
+__all__ = ["TraceFormat", "detect_format", "expand_paths", "files_format", "read_files"]
 
 
 class TraceFormat(StrEnum):
@@ -42,6 +43,24 @@ _JSON_SIGNS = (
     (TraceFormat.FLIGHT_RECORDER, ('"entries"', '"pg_config"')),
     (TraceFormat.NCCL_TESTS, ('"results"',)),
 )
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".log", ".txt")
+"""The names ``expand_paths`` takes from a directory (trace files and nccl-tests logs)."""
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """``paths`` with each directory replaced by its trace files (``TRACE_SUFFIXES``), sorted by name."""
+    files = []
+    for path in paths:
+        if not Path(path).is_dir():
+            files.append(path)
+            continue
+        found = sorted(str(p) for p in Path(path).iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+        if not found:
+            raise TraceError(f"no trace files ({', '.join(TRACE_SUFFIXES)}) in this directory", path)
+        files.extend(found)
+    return files
 
 
 def detect_format(path: str) -> TraceFormat:
@@ -77,17 +96,10 @@ def files_format(paths: Sequence[str], fmt: TraceFormat = TraceFormat.AUTO,
 
 
 def read_files(paths: Sequence[str], fmt: TraceFormat, ranks: Sequence[int] | None = None) -> Trace:
-    """The trace of one job's files in the trace format ``fmt`` (Kineto, Chakra, flight recorder)."""
+    """The trace of one job's files in the format ``fmt`` (Kineto, Chakra, flight recorder, nccl-tests)."""
     if fmt is TraceFormat.KINETO:
         return read_kineto(list(paths))
+    if fmt is TraceFormat.NCCL_TESTS:
+        return read_nccl_tests_trace(list(paths))
     readers = {TraceFormat.CHAKRA: read_chakra, TraceFormat.FLIGHT_RECORDER: read_flight_recorder}
     return readers[fmt](list(paths), list(ranks) if ranks else None)
-
-
-def nccl_tests_document(paths: Sequence[str]) -> dict:
-    """Every row of nccl-tests logs, one object per log (```ccltwin trace import``` writes it)."""
-    logs = []
-    for path in paths:
-        log = read_nccl_tests(path)
-        logs.append({**asdict(log), "op": log.op.value if log.op else None})
-    return {"format": "ccltwin-nccl-tests", "version": 1, "logs": logs}

@@ -5,8 +5,14 @@ What is read from each rank's ``traceEvents`` (streamed, see ``traces.json_strea
 - NCCL kernels (``ncclKernel_*``/``ncclDevKernel_*``) become collectives, timed on the GPU.
   Op, size, dtype and group come from the kernel's own args (``Collective name``,
   ``In/Out msg nelems``, ``dtype``, ``Process Group Name/Ranks``; PyTorch ≥ 2.1), else from
-  the ``record_param_comms`` op that launched it, else op and dtype from the kernel name
-  with an unknown size (older PyTorch records none).
+  the ``record_param_comms`` op that launched it, else (PyTorch 1.13–2.0, recorded with
+  ``record_shapes``) from the ``nccl:all_reduce``-style annotation around the launch
+  (``Input Dims``, ``Input type``) and its ``c10d::*`` op (output dims of all-gathers and
+  all-to-alls), in the job's default group (or, where a gather's sizes show fewer ranks, the
+  block of consecutive ranks around this one, with a warning); else op and dtype from the kernel name with an
+  unknown size.  A kernel launched inside ``coalesced`` runs the calls recorded before it
+  on its thread since the previous NCCL launch: one collective of their summed size.
+  An all-to-all whose output and input differ (all-to-allv) counts the larger of the two.
 - Other kernels, memcpys and memsets become compute phases: consecutive work on one stream,
   cut at every collective and iteration boundary, with its busy time as ``duration_us``.
 - ``ProfilerStep#N`` annotations number the iterations (by each kernel's CPU launch time).
@@ -20,15 +26,19 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
 
-from traces.errors import TraceError
+from traces.errors import CcltwinWarning, TraceError
 from traces.json_stream import stream_object
+from traces.kineto_calls import Spans, annotation_args, coalesce
+from traces.kineto_compute import COMPUTE_OPS, Work, kernel_category, op_work
 from traces.merge import RankPart, merge_ranks
 from traces.schema import MAX_WORLD_SIZE, CollectiveEvent, ComputeEvent, Event, ProcessGroup, RankTrace, Trace
 from traces.task import DTYPE_BYTES, Op, parse_op
@@ -82,21 +92,24 @@ _NOT_COLLECTIVES = {"wait", "init", "coalesced", "gather", "scatter", ""}
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _GPU_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
-_READ = _GPU_WORK | {"cuda_runtime", "cpu_op", "user_annotation"}  # the event categories the import uses
+_LAUNCHES = {"cuda_runtime", "cuda_driver"}  # cudaLaunchKernel, and cuLaunchKernel (cuBLAS/CUTLASS kernels)
+_READ = _GPU_WORK | _LAUNCHES | {"cpu_op", "user_annotation"}  # the event categories the import uses
 
 
 def collective_op(name: str) -> Op | None:
     """The Op of a PyTorch collective name (``allreduce``, ``_allgather_base``...), None if not one."""
-    name = name.removesuffix("_coalesced")
+    name = name.removesuffix("_coalesced").removesuffix("_into_tensor")
+    name = name.removesuffix("v") if name in ("all_to_allv", "alltoallv") else name  # sizes per peer
     if name in _NOT_COLLECTIVES:
         return None
     return Op.ALLREDUCE if name == "barrier" else parse_op(name)
 
 
 def message_bytes(op: Op, in_nelems: int, out_nelems: int, dtype: str) -> int:
-    """nccl-tests' size from PyTorch's element counts: output for AllGather, input otherwise."""
+    """nccl-tests' size from PyTorch's element counts: output for AllGather, input otherwise
+    (the larger for all-to-allv, whose input and output differ)."""
     nelems = out_nelems if op is Op.ALLGATHER else in_nelems
-    if op is Op.SENDRECV:
+    if op in (Op.SENDRECV, Op.ALLTOALL):
         nelems = max(in_nelems, out_nelems)
     return nelems * DTYPE_BYTES[dtype]
 
@@ -112,6 +125,9 @@ class _Gpu:
     nccl_name: str | None = None  # the kernel name, for NCCL kernels only
     comm: dict[str, Any] | None = None  # collective args, for NCCL kernels
     launch: float = 0.0  # CPU time of the launch (the GPU time when unknown)
+    category: str | None = None  # what the kernel's name says it is (compute kernels)
+    op: tuple[Any, ...] | None = None  # (thread, start, name, CPU µs) of the GEMM/attention op that launched it
+    work: Work | None = None  # that op's work
 
 
 @dataclass
@@ -121,8 +137,12 @@ class _RankFile:
     path: str
     gpu: list[_Gpu] = field(default_factory=list)
     launches: dict[int, tuple[Any, float]] = field(default_factory=dict)  # correlation → (tid, ts)
-    comm_ops: dict[Any, list[tuple[float, float, dict[str, Any]]]] = field(default_factory=dict)  # per tid
+    comm_ops: Spans = field(default_factory=Spans)  # record_param_comms with a Collective name: args
+    annotations: Spans = field(default_factory=Spans)  # nccl:* annotations: (name, args, start)
+    c10d_ops: Spans = field(default_factory=Spans)  # c10d::* ops: (name, args)
+    compute_ops: Spans = field(default_factory=Spans)  # GEMM and attention ops: (tid, start, name, µs, args)
     steps: list[tuple[float, int]] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
 
     def take(self, event: Any) -> None:
         if not isinstance(event, dict) or event.get("cat") not in _READ or not isinstance(event.get("name"), str):
@@ -142,34 +162,64 @@ class _RankFile:
                     correlation,
                     name if nccl else None,
                     args if nccl and "Collective name" in args else None,
+                    category=None if nccl else kernel_category(name, cat),
                 )
             )
-        elif cat == "cuda_runtime" and correlation is not None:
+        elif cat in _LAUNCHES and correlation is not None:
             self.launches[correlation] = (tid, _num(event, "ts", self.path))
         elif cat == "cpu_op" and name == "record_param_comms" and "Collective name" in args:
-            start = _num(event, "ts", self.path)
-            span = (start, start + _num(event, "dur", self.path), args)
-            self.comm_ops.setdefault(tid, []).append(span)
+            self.comm_ops.add(tid, *self._span(event), args)
+        elif cat == "cpu_op" and name in COMPUTE_OPS:
+            start, end = self._span(event)
+            self.compute_ops.add(tid, start, end, (tid, start, name, end - start, args))
+        elif cat == "cpu_op" and name.startswith("c10d::"):
+            self.c10d_ops.add(tid, *self._span(event), (name, args))
+        elif cat == "user_annotation" and name.startswith("nccl:"):
+            start, end = self._span(event)
+            self.annotations.add(tid, start, end, (name, args, start))
         elif cat == "user_annotation" and (match := _STEP.match(name)):
             self.steps.append((_num(event, "ts", self.path), int(match[1])))
 
-    def resolve_launches(self) -> None:
+    def _span(self, event: dict) -> tuple[float, float]:
+        start = _num(event, "ts", self.path)
+        return start, start + _num(event, "dur", self.path)
+
+    def resolve_launches(self, world: int) -> None:
         """Give each GPU activity its CPU launch time and each NCCL kernel its collective args."""
-        for ops in self.comm_ops.values():
-            ops.sort(key=lambda op: op[0])
-        for gpu in self.gpu:
+        previous: dict[Any, float] = {}  # thread → launch time of its previous NCCL kernel
+        for gpu in sorted(self.gpu, key=lambda g: self.launches.get(g.correlation, (None, g.ts))[1]):
             tid_ts = self.launches.get(gpu.correlation) if gpu.correlation is not None else None
             gpu.launch = tid_ts[1] if tid_ts else gpu.ts
-            if gpu.nccl_name and gpu.comm is None and tid_ts:
-                gpu.comm = self._comm_op_at(*tid_ts)
+            if gpu.nccl_name and tid_ts:
+                if gpu.comm is None:
+                    gpu.comm = self._call_at(*tid_ts, previous.get(tid_ts[0], -math.inf), world)
+                previous[tid_ts[0]] = tid_ts[1]
+            elif tid_ts and (op := self.compute_ops.holding(*tid_ts)) is not None:
+                gpu.op, gpu.work = op[:4], op_work(op[2], op[4])
 
-    def _comm_op_at(self, tid: Any, ts: float) -> dict[str, Any] | None:
-        """The args of the ``record_param_comms`` op whose span on thread ``tid`` holds time ``ts``."""
-        ops = self.comm_ops.get(tid, [])
-        position = bisect.bisect_right(ops, ts, key=lambda op: op[0]) - 1
-        if position >= 0 and ops[position][1] >= ts:
-            return ops[position][2]
-        return None
+    def _call_at(self, tid: Any, ts: float, since: float, world: int) -> dict[str, Any] | None:
+        """The args of the call that launched an NCCL kernel at ``ts`` on thread ``tid``: its
+        ``record_param_comms`` op, else its ``nccl:*`` annotation; a coalesced call sums the calls
+        recorded after ``since`` (the previous NCCL launch on the thread)."""
+        args = self.comm_ops.holding(tid, ts)
+        members = self.comm_ops.between(tid, since, ts)
+        if args is None:
+            annotation = self.annotations.holding(tid, ts)
+            if annotation is None:
+                return None
+            args = self._annotated(tid, annotation, world)
+            members = [self._annotated(tid, a, world) for a in self.annotations.between(tid, since, ts)]
+        if args is None or args.get("Collective name") != "coalesced":
+            return args
+        merged = coalesce([m for m in members if m is not None and m.get("Collective name") not in _NOT_COLLECTIVES])
+        if isinstance(merged, str):
+            self.skipped[merged] += 1
+            return None
+        return merged
+
+    def _annotated(self, tid: Any, annotation: tuple[str, dict, float], world: int) -> dict[str, Any] | None:
+        name, args, start = annotation
+        return annotation_args(name, args, self.c10d_ops.holding(tid, start), world)
 
 
 def _num(event: dict, key: str, path: str) -> float:
@@ -208,9 +258,10 @@ def _read_rank(path: str, skipped: Counter[str]) -> tuple[RankPart, dict[str, An
     if not 1 <= world <= MAX_WORLD_SIZE:
         raise TraceError(f"implausible world size {world}", path)
     groups = _configured_groups(info, world)
-    state.resolve_launches()
+    state.resolve_launches(world)
+    skipped.update(state.skipped)
     steps = sorted(state.steps)
-    events = _events(state.gpu, [ts for ts, _ in steps], groups, world, path, skipped)
+    events = _events(state.gpu, [ts for ts, _ in steps], groups, rank, world, path, skipped)
     devices = others.get("deviceProperties") if isinstance(others.get("deviceProperties"), list) else []
     meta = {
         "nccl_version": info.get("nccl_version"),
@@ -281,7 +332,29 @@ def _from_kernel_name(gpu: _Gpu, groups: dict[str, ProcessGroup], world: int, sk
     return op, None, dtype, _world_group(groups, world)
 
 
-def _collective(gpu: _Gpu, groups: dict[str, ProcessGroup], world: int, path: str, skipped: Counter[str]):
+def _assumed_group(op: Op, in_n: int, out_n: int, rank: int, world: int, groups: dict[str, ProcessGroup],
+                   path: str) -> str:
+    """The group of a call whose profile names none: all ranks, unless a gather's sizes show it has g
+    ranks (out = g × in); then the block of g consecutive ranks holding this rank (how Megatron, FSDP's
+    hybrid shard and torchrun lay out node-local groups), said once per file as a warning."""
+    big, small = (out_n, in_n) if op is Op.ALLGATHER else (in_n, out_n)
+    size = big // small if op in (Op.ALLGATHER, Op.REDUCESCATTER) and small and big % small == 0 else world
+    if size == world or world % size:
+        return _world_group(groups, world)
+    first = rank - rank % size
+    group_id = f"assumed:{first}-{first + size - 1}"
+    if group_id not in groups:
+        groups[group_id] = ProcessGroup(group_id, tuple(range(first, first + size)),
+                                        name=f"assumed: the {size} ranks around rank {rank} (sizes show {size})")
+        warnings.warn(CcltwinWarning(
+            f"{path}: {op.value} with {big} elements in all and {small} per rank runs on {size} of the job's "
+            f"{world} ranks; the profile names no groups, so ranks {first}-{first + size - 1} are assumed"),
+            stacklevel=2)
+    return group_id
+
+
+def _collective(gpu: _Gpu, groups: dict[str, ProcessGroup], rank: int, world: int, path: str,
+                skipped: Counter[str]):
     """(op, nbytes, dtype, group id) of an NCCL kernel; None when it is not a collective ccltwin models."""
     args = gpu.comm
     if args is None:
@@ -301,6 +374,9 @@ def _collective(gpu: _Gpu, groups: dict[str, ProcessGroup], world: int, path: st
     in_n, out_n = args.get("In msg nelems"), args.get("Out msg nelems")
     if not (isinstance(in_n, int) and isinstance(out_n, int)) or min(in_n, out_n) < 0:
         raise TraceError(f"{where}: bad message size {in_n!r}/{out_n!r}", path)
+    if "Process Group Name" not in args and "Group size" not in args:
+        group_id = _assumed_group(op, in_n, out_n, rank, world, groups, path)
+        return op, message_bytes(op, in_n, out_n, dtype), dtype, group_id
     group_id = str(args.get("Process Group Name", "0"))
     if group_id not in groups:
         ranks = _ranks_of(args, world)
@@ -314,34 +390,37 @@ def _events(
     gpu: list[_Gpu],
     step_starts: list[float],
     groups: dict[str, ProcessGroup],
+    rank: int,
     world: int,
     path: str,
     skipped: Counter[str],
 ) -> list[Event]:
     """Collectives and compute phases in start order, with observed cross-stream dependencies."""
     items: list[tuple[float, float, str, tuple]] = []  # (start, end, stream, payload)
-    phases: dict[str, list] = {}  # stream → [start, end, busy, count, iteration] of the open phase
+    phases: dict[str, list] = {}  # stream → [start, end, busy, count, iteration, key, first work] of the open phase
 
     def close(stream: str) -> None:
-        start, end, busy, count, it = phases.pop(stream)
-        items.append((start, end, stream, ("compute", busy, count, it)))
+        start, end, busy, count, it, _, first = phases.pop(stream)
+        items.append((start, end, stream, ("compute", busy, count, it, first)))
 
     for work in sorted(gpu, key=lambda g: (g.ts, g.dur)):
         it = max(bisect.bisect_right(step_starts, work.launch) - 1, 0)
         if work.nccl_name:
             for stream in list(phases):
                 close(stream)
-            if described := _collective(work, groups, world, path, skipped):
+            if described := _collective(work, groups, rank, world, path, skipped):
                 items.append(
                     (work.ts, work.ts + work.dur, work.stream, ("collective", *described, it, work.nccl_name))
                 )
             continue
+        # one phase per GEMM/attention op; consecutive kernels of one category (or none known) together
+        key = ("op", work.op[:2]) if work.work else ("category", work.category)
         phase = phases.get(work.stream)
-        if phase is not None and phase[4] != it:
+        if phase is not None and (phase[4] != it or phase[5] != key):
             close(work.stream)
             phase = None
         if phase is None:
-            phases[work.stream] = [work.ts, work.ts + work.dur, work.dur, 1, it]
+            phases[work.stream] = [work.ts, work.ts + work.dur, work.dur, 1, it, key, work]
         else:
             phase[1], phase[2], phase[3] = (
                 max(phase[1], work.ts + work.dur),
@@ -374,7 +453,18 @@ def _with_dependencies(items: list[tuple[float, float, str, Any]]) -> list[Event
             _, op, nbytes, dtype, group, it, name = payload
             events.append(CollectiveEvent(index, op, nbytes, group, dtype, stream, it, name=name, **times))
         else:
-            _, busy, count, it = payload
-            events.append(ComputeEvent(index, f"{count} GPU ops", stream, it, busy, **times))
+            _, busy, count, it, first = payload
+            events.append(_compute(index, stream, it, busy, count, first, times))
         ends[stream].append((end, index))
     return events
+
+
+def _compute(index: int, stream: str, it: int, busy: float, count: int, first: _Gpu, times: dict) -> ComputeEvent:
+    """A compute phase: one GEMM/attention op's kernels (with its shape, dtype, FLOPs and CPU time),
+    or a run of kernels of one category."""
+    if first.work is not None:
+        work, (_, _, name, host_us) = first.work, first.op
+        return ComputeEvent(index, name, stream, it, busy, flops=work.flops, category=work.category,
+                            shape=work.shape, dtype=work.dtype, kernels=count, host_us=host_us, **times)
+    return ComputeEvent(index, f"{count} GPU ops", stream, it, busy, category=first.category, kernels=count,
+                        **times)

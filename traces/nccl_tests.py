@@ -87,6 +87,11 @@ class NcclTestsLog:
     gpus_per_thread: int | None = None
     """GPUs one nccl-tests thread drives (``-g``, the header's ``nGpus``); ``None`` where the
     file does not say."""
+    nccl_headers_version: str | None = None
+    """The NCCL the benchmark was compiled against (``nccl-headers=22902``); ``nccl_version`` is
+    the library that ran (``NCCL version 2.29.2+cuda13.1``, ``nccl-library=``)."""
+    hosts: dict[int, str] = field(default_factory=dict)
+    """Rank → host name, from the ``# Rank N Pid P on HOST device D`` lines."""
 
     @property
     def busbw(self) -> list[float]:
@@ -129,6 +134,8 @@ def read_nccl_tests(path: str | PathLike[str]) -> NcclTestsLog:
         env=_find_env(header),
         format=fmt,
         gpus_per_thread=_find_gpus_per_thread(lines, header),
+        nccl_headers_version=_find_headers_version(lines),
+        hosts=_find_hosts(lines),
     )
 
 
@@ -463,7 +470,7 @@ def _find_op(path: str, lines: list[str], header_keys: dict[int, str]) -> Op | N
         raise TraceError(str(err), path, line=number) from None
 
 
-_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\b")
+_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\b(?:\s+\d+\s+on\s+(\S+))?")
 _NTHREAD_NGPUS = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _LAUNCHERS = {"mpirun", "mpiexec", "orterun", "srun", "aprun", "jsrun"}
 _RANKS_IN_TEXT = (
@@ -532,6 +539,25 @@ def _find_gpus_per_thread(lines: list[str], header: dict[str, str]) -> int | Non
 _RUNTIME_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
 _LIBRARY_CODE = re.compile(r"\bnccl-library=(\d+)")
 _HEADER_VERSION = re.compile(r"^\s*(\d+\.\d+\.\d+)")
+
+
+_HEADERS_CODE = re.compile(r"\bnccl-headers=(\d+)")
+
+
+def _find_headers_version(lines: list[str]) -> str | None:
+    for line in lines:
+        if match := _HEADERS_CODE.search(line):
+            return _version_from_code(int(match[1]))
+    return None
+
+
+def _find_hosts(lines: list[str]) -> dict[int, str]:
+    """Rank → host of the first group's "# Rank N ... Pid P on HOST" lines."""
+    hosts: dict[int, str] = {}
+    for line in lines:
+        if (match := _RANK_LINE.match(line)) and int(match[2] or 0) == 0 and match[3]:
+            hosts.setdefault(int(match[1]), match[3])
+    return hosts
 
 
 def _version_from_code(code: int) -> str:

@@ -3,13 +3,16 @@
 A row of an nccl-tests log, a Kineto kernel or a flight-recorder entry is a message of
 ``nbytes`` bytes (``count`` elements of ``dtype``) that took ``time_us`` and, for nccl-tests,
 moved data at ``busbw`` GB/s. Numbers that no hardware can produce are bad input, not
-measurements: ``implausible`` says what is wrong, or ``None``::
+measurements: ``implausible`` says what is wrong, or ``None``; ``implausible_call`` does the same for
+one timed collective call of a trace (its busbw from nccl-tests' factors)::
 
     >>> implausible(nbytes=1 << 20, count=262144, dtype="float32", time_us=20.5, busbw=95.0)
     >>> implausible(nbytes=1 << 20, count=1000, dtype="float32", time_us=20.5)
     'size 1048576 B is not count 1000 x 4 B (float32) = 4000 B, nor a whole multiple of it (per-rank counts)'
     >>> implausible(nbytes=1024, time_us=-3.0)
     'time -3.0 us is not a positive finite number'
+    >>> implausible_call(Op.ALLREDUCE, nbytes=1 << 30, nranks=8, time_us=10.0)
+    "busbw 187904.8 GB/s is outside 0 to 10000 GB/s (over 5x NVLink 5's 1,800 GB/s per GPU)"
 
 The bounds are generous on purpose (they reject the impossible, not the unusual):
 
@@ -26,9 +29,9 @@ from __future__ import annotations
 
 import math
 
-from traces.task import DTYPE_BYTES
+from traces.task import DTYPE_BYTES, Op, busbw_factor
 
-__all__ = ["MAX_BUSBW_GBPS", "MAX_NBYTES", "MAX_TIME_US", "implausible"]
+__all__ = ["MAX_BUSBW_GBPS", "MAX_NBYTES", "MAX_TIME_US", "implausible", "implausible_call"]
 
 MAX_BUSBW_GBPS = 10_000.0
 MAX_NBYTES = 1 << 48
@@ -58,3 +61,11 @@ def implausible(*, nbytes: int, count: int | None = None, dtype: str | None = No
         return (f"busbw {busbw} GB/s is outside 0 to {MAX_BUSBW_GBPS:g} GB/s (over 5x NVLink 5's 1,800 GB/s "
                 "per GPU)")
     return None
+
+
+def implausible_call(op: Op, *, nbytes: int, nranks: int, time_us: float) -> str | None:
+    """What makes a collective call of ``nbytes`` on ``nranks`` ranks that took ``time_us`` impossible."""
+    if not (math.isfinite(time_us) and time_us > 0):
+        return implausible(nbytes=nbytes, time_us=time_us)
+    busbw = nbytes / (time_us * 1e3) * busbw_factor(op, max(nranks, 1))
+    return implausible(nbytes=nbytes, time_us=time_us, busbw=round(busbw, 1))

@@ -244,6 +244,7 @@ def test_import_and_summary(tmp_path):
 
 
 def test_import_nccl_tests(tmp_path):
+    """An nccl-tests run is imported as a trace (it used to be a document nothing read)."""
     out = tmp_path / "nt.json"
     logs = [
         DATA / "nccl-tests" / "abci-intra_anode-8gpu-1node-allreduce.txt",
@@ -251,11 +252,10 @@ def test_import_nccl_tests(tmp_path):
     ]
     result = runner.invoke(app, ["import", *map(str, logs), "--format", "nccl-tests", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    document = json.loads(out.read_text())
-    assert [(log["op"], log["nranks"], len(log["rows"])) for log in document["logs"]] == [
-        ("allreduce", 8, 24),
-        ("allgather", 8, 9),
-    ]
+    trace = load_trace(out)
+    assert [log["op"] for log in trace.metadata["logs"]] == ["allreduce", "allgather"]
+    ops = [e.op for e in trace.ranks[0].events]
+    assert (trace.world_size, ops.count(Op.ALLREDUCE), ops.count(Op.ALLGATHER)) == (8, 24, 9)
 
 
 def test_failed_import_writes_nothing(tmp_path):

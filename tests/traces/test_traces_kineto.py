@@ -240,6 +240,12 @@ kineto_events = st.lists(
                     "gemm",
                     "record_param_comms",
                     "ProfilerStep#3",
+                    "nccl:all_reduce",
+                    "nccl:_all_gather_base",
+                    "nccl:coalesced",
+                    "c10d::alltoall_base_",
+                    "aten::addmm",
+                    "aten::_scaled_dot_product_flash_attention",
                 ]
             ),
             "ts": st.floats(0, 1e6) | st.integers(0, 10**6),
@@ -259,6 +265,10 @@ kineto_events = st.lists(
                     "Group size": st.integers(0, 3),
                     "Process Group Name": st.sampled_from(["0", "1"]),
                     "Process Group Ranks": st.sampled_from(["[0, 1]", "[]", "x"]),
+                    "Input Dims": st.lists(st.lists(st.integers(-2, 9) | st.text(max_size=1), max_size=4)
+                                           | st.integers(), max_size=4) | st.text(max_size=2),
+                    "Input type": st.lists(st.sampled_from(["float", "c10::Half", "long int", "Scalar", ""])
+                                           | st.integers(), max_size=4) | st.none(),
                 },
             ),
         }
@@ -267,7 +277,7 @@ kineto_events = st.lists(
 )
 
 
-@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=kineto_events, rank=st.integers(0, 1))
 def test_random_kineto_raises_only_trace_error(tmp_path, events, rank):
     path = write(
