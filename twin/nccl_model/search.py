@@ -34,6 +34,7 @@ from twin.hardware import gpu_spec
 from twin.nccl_model.constants import MAXCHANNELS
 from twin.nccl_model.graph_search import BALANCED_TREE, NVLS, RING, TREE, Graph, compute
 from twin.nccl_model.inputs import NcclCommInfo, PathType
+from twin.nccl_model.releases import facts
 from twin.nccl_model.system import NodeSystem, nvlink_bw
 from twin.topology import Cluster
 
@@ -58,16 +59,17 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
     sm = min(gpu_spec(graph.nodes[g]["model"]).sm_version for g in ranks)
     vendor = _cpu_vendor(graph)
     inter = len(hosts) > 1
+    max_channels = facts(nccl_version).max_channels  # MAXCHANNELS: 32 before 2.25, 64 after
     per_host = []
     for host, gpus in hosts.items():
-        key = (_host_signature(graph, host, gpus), inter, sm, vendor)
+        key = (_host_signature(graph, host, gpus), inter, sm, vendor, max_channels)
         if key not in _SEARCHES:  # identical hosts (and repeated calls) search alike
             if len(_SEARCHES) >= _CACHE_SIZE:
                 _SEARCHES.pop(next(iter(_SEARCHES)))
             system = build_system(graph, host, gpus, inter, sm, vendor)
-            ring = compute(system, RING, 1, MAXCHANNELS // 2)
+            ring = compute(system, RING, 1, max_channels // 2)
             tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels)
-            nvls = compute(system, NVLS, 1, MAXCHANNELS) if len(gpus) > 1 else None
+            nvls = compute(system, NVLS, 1, max_channels) if len(gpus) > 1 else None
             _SEARCHES[key] = (system, ring, tree, nvls)
         system, ring, tree, nvls = _SEARCHES[key]
         per_host.append((system, ring, tree, nvls if nvls_enable else None))
@@ -78,7 +80,7 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
 
     nnodes, nranks = len(hosts), len(ranks)
     search_channels = min(ring.nchannels, tree.nchannels)
-    nchannels = min(MAXCHANNELS, 2 * search_channels)
+    nchannels = min(max_channels, 2 * search_channels)
     if sm >= 90 and nnodes > 1 and ring.bw_intra > 45.0 and nchannels < 16:
         nchannels *= 2  # "4 compute channels per search channel" on Hopper multi-node
     nvls_heads = nvls.nchannels if nvls is not None else 0
