@@ -44,7 +44,7 @@ DATA = default_path("nccl-tests")
 H200 = HERE / "data" / "h200x2-allreduce.json"
 MIB = 1 << 20
 TIE = 0.03
-MODELLED_RELEASES = (2, 27, 0)
+MODELLED_RELEASES = (2, 8, 3)
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def knobs_from_env(log: NcclTestsLog) -> dict:
 
 def nccl_release(log: NcclTestsLog) -> tuple[int, int, int]:
     """The NCCL release whose choices the twin emulates: the file's, where the cost model knows
-    it (2.27 and later), else the default (``DEFAULT_NCCL_VERSION``)."""
+    it (2.8.3 and later), else the default (``DEFAULT_NCCL_VERSION``)."""
     if log.nccl_version:
         version = tuple(int(x) for x in log.nccl_version.split(".")[:3])
         if version >= MODELLED_RELEASES:

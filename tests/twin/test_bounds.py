@@ -67,6 +67,6 @@ def test_price_chunk_and_nccl_version_are_checked(tmp_path):
     refused([*base, "--nccl-version", "0.0.0"], "NCCL 0.0.0", "oldest is 2.0.0")
     assert not plan.exists()
     result = runner.invoke(app, [*base, "--nccl-version", "99.99.99"])
-    assert result.exit_code == 0 and "note: NCCL 99.99.99 is newer than the newest modelled release (2.29.7)" \
+    assert result.exit_code == 0 and "note: NCCL 99.99.99 is newer than the newest modelled release (2.30.7)" \
         in result.output, result.output
     assert plan.exists()

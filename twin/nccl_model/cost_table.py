@@ -106,9 +106,9 @@ def model_entry(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto) -> tuple[f
 
 def enabled(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto) -> bool:
     """Whether NCCL's enable matrix (env lists, topology rules, LL128 default) keeps the pair."""
-    algo_on = parse_algo_env(info.algo_env)[op][algo] if info.algo_env else 1
+    algo_on = parse_algo_env(info.algo_env, info.nccl_version)[op][algo] if info.algo_env else 1
     default_proto = 2 if proto is Proto.LL128 else 1  # 2: LL128 decided by the topology
-    proto_on = parse_proto_env(info.proto_env)[op][proto] if info.proto_env else default_proto
+    proto_on = parse_proto_env(info.proto_env, info.nccl_version)[op][proto] if info.proto_env else default_proto
     if info.nnodes == 1 and algo is Algo.NVLS_TREE:
         algo_on = 0
     if not info.collnet_support and (algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN)

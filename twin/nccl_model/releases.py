@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-Version = tuple[int, int, int]
+from tuner.knobs import NEWEST_MODELLED_VERSION as NEWEST
+from tuner.knobs import OLDEST_NCCL_VERSION as OLDEST
 
-OLDEST = (2, 8, 3)
-"""The oldest release modelled (v2.8.3-1, the first 2.8 tag)."""
-NEWEST = (2, 30, 7)
-"""The newest release whose source was read (v2.30.7-1)."""
+Version = tuple[int, int, int]
 
 _Z = (0.0, 0.0, 0.0)
 
