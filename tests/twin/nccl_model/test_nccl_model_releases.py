@@ -116,3 +116,20 @@ def test_cli_version_option():
         in newer.output
     lacking = run("--nccl-version", "2.17.1", "--algo", "nvls_tree")
     assert lacking.exit_code == 2 and "has no nvls_tree algorithm" in lacking.output
+
+
+@pytest.mark.parametrize("command", [
+    ["tune", "--topology", "dgx-a100", "--op", "allreduce", "--nbytes", "1MiB", "--nranks", "8"],
+    ["whatif", "--topology", "l40s-pcie", "--no-tuned"],
+])
+def test_every_twin_command_refuses_an_unmodelled_release(command):
+    result = CliRunner().invoke(app, [*command, "--nccl-version", "2.7.8"])
+    assert result.exit_code == 2 and "NCCL 2.7.8 is not modelled: the supported releases are 2.8.3 to 2.30.7" \
+        in result.output
+
+
+def test_tune_runs_the_release_given():
+    result = CliRunner().invoke(app, ["tune", "--topology", "dgx-h100", "--op", "allreduce", "--nbytes", "64MiB",
+                                      "--nranks", "8", "--nccl-version", "2.16.2", "--max-trials", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"algo": "nvls"' not in result.output  # NVLS arrived in 2.17.1 (2.28.9 picks it here)
