@@ -72,6 +72,10 @@ class ReleaseFacts:
     net_overhead: bool  # 1 µs (2 on AMD) per network step, ≥ 2.18
     tree_split_factor: bool  # Tree ×0.85 when the search fell back to plain trees
     max_channels: int  # MAXCHANNELS
+    net_peer_channels: int  # p2p channels per network peer (NCCL_NCHANNELS_PER_NET_PEER's default)
+    cell_scheduler: bool
+    """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
+    channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
     pat: bool = False
 
 
@@ -93,7 +97,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         tree_correction_ll128=(1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7,
                                .8, .9, .9, .92, .92),
         ll128_archs=(70, 80), ll128_pxn_hopper=False, ll128_intra_nvb=False, net_overhead=False,
-        tree_split_factor=False, max_channels=32,
+        tree_split_factor=False, max_channels=32, net_peer_channels=1, cell_scheduler=False,
     )),
     ((2, 10, 3), "src/graph/tuning.cc @ v2.10.3-1", dict(
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 8.0)),
@@ -104,7 +108,9 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         tree_correction_ll128=(1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9,
                                .9, .9, .9, 1.0, 1.0),
     )),
-    ((2, 12, 7), "src/graph/tuning.cc @ v2.12.7-1 (NET Ring/Simple 9.6 -> 28 µs)", dict(
+    ((2, 12, 7), "src/graph/tuning.cc, src/graph/paths.cc @ v2.12.7-1 (NET Ring/Simple 9.6 -> 28 µs; "
+                 "NCCL_NCHANNELS_PER_NET_PEER, default 2)", dict(
+        net_peer_channels=2,
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 8.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), cnc=(1.0, 1.9, 8.0)),
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 28.0), cnc=(5.0, 5.0, 10.7))),
@@ -159,6 +165,8 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 14.0), (0, 0, 31.0), (0, 0, 30.0), (0, 0, 18.0), (0, 0, 14.0))),
         ll_max=_rows((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0)), ring_ll_factor=0.5,
     )),
+    ((2, 22, 3), "src/enqueue.cc @ v2.22.3-1 (channels filled in cells of 16 KiB of traffic)",
+     dict(cell_scheduler=True)),
     ((2, 23, 4), "src/graph/tuning.cc @ v2.23.4-1 (PAT; Tree/Simple latencies; LL128 over NVB)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"),
         algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"),

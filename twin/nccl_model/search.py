@@ -96,7 +96,8 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         nvls_graph_channels=nvls_heads,
         nvls_bw_intra=nvls.bw_intra if nvls else None, nvls_bw_inter=nvls.bw_inter if nvls else None,
         nvswitch=any(s.nvs is not None for s, *_ in per_host),
-        p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm),
+        p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm,
+                                            facts(nccl_version).net_peer_channels),
     )
 
 
@@ -168,7 +169,8 @@ def _nvls_channels(sm: int, nnodes: int) -> int:
     return 16
 
 
-def _p2p_per_peer(systems: list[NodeSystem], nranks: int, nnodes: int, nchannels: int, sm: int) -> int:
+def _p2p_per_peer(systems: list[NodeSystem], nranks: int, nnodes: int, nchannels: int, sm: int,
+                  net_peer: int = 2) -> int:
     """``ncclTopoComputeP2pChannels``: the fewest channels any peer gets, as a power of two."""
     p2p_channels = min(nchannels, MAXCHANNELS)
     fewest = p2p_channels
@@ -182,7 +184,7 @@ def _p2p_per_peer(systems: list[NodeSystem], nranks: int, nnodes: int, nchannels
                 per_peer = 2 * max(1, int(path.bw / nvl)) if path and path.type == PathType.NVL else 2
                 fewest = min(fewest, per_peer)
     if nnodes > 1:
-        net = 2
+        net = net_peer  # NCCL_NCHANNELS_PER_NET_PEER (2; 1 before 2.12.7)
         while net * nranks > p2p_channels * 4 and net > 1:
             net //= 2
         fewest = min(fewest, net)
