@@ -73,6 +73,10 @@ class ReleaseFacts:
     tree_split_factor: bool  # Tree ×0.85 when the search fell back to plain trees
     max_channels: int  # MAXCHANNELS
     net_peer_channels: int  # p2p channels per network peer (NCCL_NCHANNELS_PER_NET_PEER's default)
+    simple_sync_warps: tuple[int, ...]
+    """Warps ``getAlgoInfo`` adds to a Simple kernel, per algorithm (sync and split-thread warps)."""
+    min_warps: int  # the fewest warps a kernel gets (≥ 2.19: 3)
+    tree_all_threads: bool  # ≥ 2.22: "Tree now uses all threads always" (and PAT)
     cell_scheduler: bool
     """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
     channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
@@ -98,8 +102,11 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
                                .8, .9, .9, .92, .92),
         ll128_archs=(70, 80), ll128_pxn_hopper=False, ll128_intra_nvb=False, net_overhead=False,
         tree_split_factor=False, max_channels=32, net_peer_channels=1, cell_scheduler=False,
+        # src/enqueue.cc @ v2.8.4-1 getAlgoInfo: +1 sync warp for Simple, +1 more for Tree
+        simple_sync_warps=(2, 1, 1, 1, 1, 1, 1), min_warps=0, tree_all_threads=False,
     )),
-    ((2, 10, 3), "src/graph/tuning.cc @ v2.10.3-1", dict(
+    ((2, 10, 3), "src/graph/tuning.cc, src/enqueue.cc @ v2.10.3-1 (Tree/CollNet Simple +3 warps)", dict(
+        simple_sync_warps=(4, 1, 4, 4, 1, 1, 1),
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 8.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), cnc=(1.0, 1.9, 8.0)),
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 9.6), cnc=(5.0, 5.0, 10.7))),
@@ -133,6 +140,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         tree_ll128=_rows((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
         tree=_rows((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 33.0)),
         plateau_factor=(1.9, 1.5, 90), ll128_pxn_hopper=True,
+        simple_sync_warps=(4, 1, 4, 4, 0, 0, 1),  # src/enqueue.cc @ v2.17.1-1: NVLS takes NCCL_MAX_NTHREADS
     )),
     ((2, 18, 1), "src/graph/tuning.cc @ v2.18.1-1 (NVLSTree, new latencies, net overhead)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree"),
@@ -153,7 +161,8 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         tree_ll128=_rows((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0)),
         tree=_rows((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0)),
     )),
-    ((2, 19, 1), "src/graph/tuning.cc @ v2.19.1-1", dict(
+    ((2, 19, 1), "src/graph/tuning.cc, src/enqueue.cc @ v2.19.1-1 (sync warps: Ring +1, Tree +4; ≥ 3 warps)", dict(
+        simple_sync_warps=(4, 1, 0, 0, 0, 0, 0), min_warps=3,
         base_lat=_lat((6.8, 14.0, 0.0), (6.6, 14.0, 8.4)),
         hw_lat=(_lat((.6, 1.25, 28.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 23.0), (0, 0, 23.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
@@ -166,7 +175,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         ll_max=_rows((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0)), ring_ll_factor=0.5,
     )),
     ((2, 22, 3), "src/enqueue.cc @ v2.22.3-1 (channels filled in cells of 16 KiB of traffic)",
-     dict(cell_scheduler=True)),
+     dict(cell_scheduler=True, tree_all_threads=True)),
     ((2, 23, 4), "src/graph/tuning.cc @ v2.23.4-1 (PAT; Tree/Simple latencies; LL128 over NVB)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"),
         algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"),

@@ -145,10 +145,11 @@ def algo_info(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int)
     if algo not in (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT):
         while nbytes < nc * nt * threshold and nt % 128 == 0:
             nt //= 2
+    f = tuner_constants(info.nccl_version).facts
     if proto is Proto.SIMPLE:
-        nt += {Algo.RING: WARP_SIZE, Algo.TREE: 4 * WARP_SIZE}.get(algo, 0)  # sync warps
-    nt = max(nt, 3 * WARP_SIZE)
-    if algo in (Algo.TREE, Algo.PAT):
+        nt += f.simple_sync_warps[algo.nccl_index] * WARP_SIZE  # sync / split-thread warps
+    nt = max(nt, f.min_warps * WARP_SIZE)
+    if algo in (Algo.TREE, Algo.PAT) and f.tree_all_threads:
         nt = MAX_NTHREADS
     return nc, nt
 

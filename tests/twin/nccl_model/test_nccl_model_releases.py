@@ -133,3 +133,17 @@ def test_tune_runs_the_release_given():
                                       "--nranks", "8", "--nccl-version", "2.16.2", "--max-trials", "3", "--json"])
     assert result.exit_code == 0, result.output
     assert '"algo": "nvls"' not in result.output  # NVLS arrived in 2.17.1 (2.28.9 picks it here)
+
+
+def test_threads_and_channel_filling_by_release():
+    from twin.nccl_model.select import algo_info, channels_used
+    # src/enqueue.cc: Tree/Simple gets 512 + 2 warps in 2.8, + 4 warps from 2.10, all 640 threads from 2.22
+    threads = {v: algo_info(replace(A100, nccl_version=v), Op.ALLREDUCE, Algo.TREE, Proto.SIMPLE, 1 << 26)[1]
+               for v in ((2, 8, 4), (2, 10, 3), (2, 21, 5), (2, 22, 3))}
+    assert threads == {(2, 8, 4): 576, (2, 10, 3): 640, (2, 21, 5): 640, (2, 22, 3): 640}
+    assert algo_info(replace(A100, nccl_version=(2, 8, 4)), Op.ALLREDUCE, Algo.TREE, Proto.LL, 1 << 26)[1] == 512
+    assert algo_info(replace(A100, nccl_version=(2, 22, 3)), Op.ALLREDUCE, Algo.TREE, Proto.LL, 1 << 26)[1] == 640
+    # before 2.22 every channel getAlgoInfo keeps takes a share; from 2.22 cells of 16 KiB of traffic
+    old, new = (channels_used(replace(A100, nccl_version=v), Op.ALLREDUCE, Algo.RING, Proto.SIMPLE, 64 << 10, 24)
+                for v in ((2, 21, 5), (2, 22, 3)))
+    assert old == 24 and new < 24
