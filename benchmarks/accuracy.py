@@ -34,7 +34,7 @@ from data_dir import default_path, missing
 from traces.nccl_tests import NcclTestsLog, read_nccl_tests
 from traces.task import Op
 from tuner.config import Algo, Proto, parse_enum
-from tuner.knobs import DEFAULT_NCCL_VERSION
+from tuner.knobs import DEFAULT_NCCL_VERSION, OLDEST_NCCL_VERSION
 from twin.placement import Communicator
 from twin.predict import predict
 from twin.topology import load_cluster
@@ -44,7 +44,7 @@ DATA = default_path("nccl-tests")
 H200 = HERE / "data" / "h200x2-allreduce.json"
 MIB = 1 << 20
 TIE = 0.03
-MODELLED_RELEASES = (2, 8, 3)
+MODELLED_RELEASES = OLDEST_NCCL_VERSION
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from twin.nccl_model import NcclCommInfo, nccl_choice
 from twin.nccl_model.cost_table import ll128_default, model_entry
 from twin.nccl_model.envparse import env_name, parse_algo_env
 from twin.nccl_model.releases import CHANGES, arch_row, facts, introduced
+from twin.placement import Communicator
+from twin.topology import load_cluster
 
 # A DGX A100 as NCCL's search sees it: 12 search channels of 20 GB/s over NVSwitch.
 A100 = NcclCommInfo(nranks=8, nnodes=1, sm_version=80, intra_nvlink=True, bw_intra=20, bw_inter=20,
@@ -147,3 +149,20 @@ def test_threads_and_channel_filling_by_release():
     old, new = (channels_used(replace(A100, nccl_version=v), Op.ALLREDUCE, Algo.RING, Proto.SIMPLE, 64 << 10, 24)
                 for v in ((2, 21, 5), (2, 22, 3)))
     assert old == 24 and new < 24
+
+
+def test_simulate_choice_changes_only_where_a_rule_changed():
+    """DGX H100, 8 ranks, AllReduce (what ``simulate`` takes as NCCL's choice): NVLS is the pick at
+    16 MiB from the release that added it (2.17.1), at 1 MiB only while NVLS latency was 23 µs and
+    Ring/LL ×1/4 (2.18.1 – 2.21.4)."""
+    cluster = load_cluster("dgx-h100")
+    releases = [first for first, _, _ in CHANGES]
+    infos = {v: Communicator.first(cluster, 8, nccl_version=v).nccl for v in releases}
+
+    def choice(version, size):
+        c = nccl_choice(infos[version], Op.ALLREDUCE, size)
+        return c.algo, c.proto
+    nvls = (Algo.NVLS, Proto.SIMPLE)
+    large = {v for v in releases if choice(v, 16 << 20) == nvls}
+    assert large == {v for v in releases if v >= (2, 17, 1)}
+    assert {v for v in releases if choice(v, 1 << 20) == nvls} == {(2, 18, 1), (2, 18, 5), (2, 19, 1)}
