@@ -68,15 +68,6 @@ _HW_LAT = (
     ),
 )
 
-# Rows: Volta/Ampere/Hopper/Blackwell on one node; on more nodes the row is picked by
-# CPU vendor instead (0 Intel/other, 1 AMD).  Columns N1/N2/N4+.
-LL_MAX_BWS = (
-    (39.0, 39.0, 20.4),
-    (87.7, 22.5, 19.0),
-    (141.0, 45.0, 35.0),
-    (2 * 141.0, 2 * 45.0, 2 * 35.0),
-)
-
 _RING_LL128 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7))
 _TREE_LL128 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0))
 _TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0))

@@ -49,7 +49,7 @@ class ReleaseFacts:
     list, unknown names ignored)."""
     base_lat: tuple
     hw_lat: tuple  # [NVLink, PCI, NET][algo][proto]
-    ll_max: tuple  # llMaxBws rows
+    ll_max: tuple  # llMaxBws rows; on several nodes NCCL picks the row by CPU vendor (0 Intel/other, 1 AMD)
     ring_ll128: tuple | None  # perChMaxRingLL128Bws rows x N1/N2/N4; None: ll128_per_coll
     tree_ll128: tuple | None
     ll128_per_coll: tuple | None
