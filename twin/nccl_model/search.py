@@ -59,7 +59,8 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
     sm = min(gpu_spec(graph.nodes[g]["model"]).sm_version for g in ranks)
     vendor = _cpu_vendor(graph)
     inter = len(hosts) > 1
-    max_channels = facts(nccl_version).max_channels  # MAXCHANNELS: 32 before 2.25, 64 after
+    release = facts(nccl_version)
+    max_channels = release.max_channels  # MAXCHANNELS: 32 before 2.25, 64 after
     per_host = []
     for host, gpus in hosts.items():
         key = (_host_signature(graph, host, gpus), inter, sm, vendor, max_channels)
@@ -89,7 +90,8 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         intra_nvlink=ring.type_intra == PathType.NVL,
         bw_intra=ring.bw_intra, bw_inter=ring.bw_inter, nchannels=nchannels,
         tree_bw_intra=tree.bw_intra, tree_bw_inter=tree.bw_inter,
-        nvls_support=nvls_heads > 0, nvls_channels=_nvls_channels(sm, nnodes) if nvls_heads else 0,
+        nvls_support=nvls_heads > 0 and "nvls" in release.algorithms,  # NVLS from 2.17.1
+        nvls_channels=_nvls_channels(sm, nnodes) if nvls_heads else 0,
         collnet_support=collnet, cpu_vendor=vendor, nccl_version=nccl_version,
         graph_channels=search_channels, intra_path=ring.type_intra, inter_path=ring.type_inter,
         tree_pattern_split=tree.pattern == TREE, same_channels=ring.same_channels,
@@ -97,7 +99,7 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         nvls_bw_intra=nvls.bw_intra if nvls else None, nvls_bw_inter=nvls.bw_inter if nvls else None,
         nvswitch=any(s.nvs is not None for s, *_ in per_host),
         p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm,
-                                            facts(nccl_version).net_peer_channels),
+                                            release.net_peer_channels),
     )
 
 

@@ -166,3 +166,18 @@ def test_simulate_choice_changes_only_where_a_rule_changed():
     large = {v for v in releases if choice(v, 16 << 20) == nvls}
     assert large == {v for v in releases if v >= (2, 17, 1)}
     assert {v for v in releases if choice(v, 1 << 20) == nvls} == {(2, 18, 1), (2, 18, 5), (2, 19, 1)}
+
+
+def test_no_nvls_before_the_release_that_added_it():
+    """``comm_info`` reports NVLS support only from 2.17.1, so the tuner's space (``tuner.rules``,
+    fed from it) offers no NVLS subspace on a release that has none."""
+    from tuner.config import Subspace
+    from tuner.rules import subspace_problem
+    from twin.rank import comm_facts
+
+    cluster = load_cluster("dgx-h100")
+    for version, nvls in (((2, 16, 5), False), ((2, 17, 1), True)):
+        comm = Communicator.first(cluster, 8, nccl_version=version)
+        assert comm.nccl.nvls_support is nvls
+        problem = subspace_problem(Op.ALLREDUCE, Subspace(Algo.NVLS, Proto.SIMPLE), comm_facts(comm))
+        assert (problem is None) is nvls
