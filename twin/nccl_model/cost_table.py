@@ -29,11 +29,12 @@ from twin.nccl_model.constants import (
     MAX_NVLS_ARITY,
     NVLS_EFFICIENCY,
     TREE_CORRECTION,
+    TunerConstants,
     tuner_constants,
 )
 from twin.nccl_model.envparse import parse_algo_env, parse_proto_env
 from twin.nccl_model.inputs import NcclCommInfo, PathType
-from twin.nccl_model.releases import arch_row
+from twin.nccl_model.releases import ReleaseFacts, arch_row
 
 COLLECTIVES = (Op.BROADCAST, Op.REDUCE, Op.ALLGATHER, Op.REDUCESCATTER, Op.ALLREDUCE)
 IGNORE = -1.0  # NCCL_ALGO_PROTO_IGNORE
@@ -88,7 +89,7 @@ def algo_time(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int,
     return lat * lat_count + nbytes / (1000.0 * bw)
 
 
-def _plateau(f, info: NcclCommInfo, nbytes: int) -> float:
+def _plateau(f: ReleaseFacts, info: NcclCommInfo, nbytes: int) -> float:
     """Ring/Simple AllReduce latency factor across nodes ("plateau effect of ring")."""
     if f.plateau == "total":  # ≤ 2.17: from nRanks/16 × 64 KiB in all
         reached = nbytes >= info.nranks / 16.0 * 65536
@@ -304,7 +305,7 @@ def _tune_model(info: NcclCommInfo, op: Op) -> dict[tuple[Algo, Proto], tuple[fl
     return out
 
 
-def _ll128_cap(tc, table, cc: int, i2: int, coll: int) -> float:
+def _ll128_cap(tc: TunerConstants, table: tuple, cc: int, i2: int, coll: int) -> float:
     """Per-channel LL128 bandwidth cap: per collective before 2.10, per arch and nodes after."""
     per_coll = tc.facts.ll128_per_coll
     return per_coll[coll] if per_coll is not None else table[cc][i2]

@@ -80,7 +80,6 @@ class ReleaseFacts:
     cell_scheduler: bool
     """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
     channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
-    pat: bool = False
 
 
 # (first release, where read, facts changed there)
@@ -185,7 +184,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
                 _lat((1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8), pat=(0, 0, 4.0)),
                 _lat((5.0, 8.5, 14.0), (2.7, 4.0, 14.0), (0, 0, 31.0), (0, 0, 30.0), (0, 0, 18.0), (0, 0, 14.0),
                      (0, 0, 14.0))),
-        ring_ll128_ppn1=None, ll128_intra_nvb=True, pat=True,
+        ring_ll128_ppn1=None, ll128_intra_nvb=True,
     )),
     ((2, 24, 3), "src/graph/tuning.cc @ v2.24.3-1 (per-function NCCL_ALGO/NCCL_PROTO)", dict(env_prefixes=True)),
     ((2, 25, 1), "src/graph/tuning.cc, src/include/device.h @ v2.25.1-1 (Blackwell rows, 64 channels)", dict(
