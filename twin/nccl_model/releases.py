@@ -56,8 +56,9 @@ class ReleaseFacts:
     """2.8/2.9 ``ll128MaxBwPerCh[coll]``: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce."""
     tree: tuple  # perChMaxTreeBws rows x N1/N2/N4
     arch_rows: str
-    """How the arch row is picked: "sm80" (row 1 only for a pure sm80 communicator), "3" or "4"
-    tiers (Volta/Ampere/Hopper[/Blackwell] by minimum compute capability)."""
+    """How the arch row is picked: "sm80" (row 1 only for a pure sm80 communicator), "exact" (row 1
+    for pure sm80, row 2 for pure sm90, else 0), "3" or "4" tiers (Volta/Ampere/Hopper[/Blackwell]
+    by minimum compute capability)."""
     ampere_bus_cap: float | None  # busBw ≤ 235 GB/s on Ampere
     ring_ll_factor: float  # Ring LL busBw factor (1/4, or 1/3 for single-node AllGather/RS/Bcast)
     ring_ll128_ppn1: float | None  # Ring LL128 factor at < 2 ranks per node (else 0.92)
@@ -129,7 +130,8 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 8.0), (0, 0, 8.0)),
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 9.6), (0, 0, 10.7), (0, 0, 10.7))),
     )),
-    ((2, 15, 1), "src/graph/tuning.cc @ v2.15.1-1 (Hopper rows, arch tiers)", dict(arch_rows="3")),
+    ((2, 15, 1), "src/graph/tuning.cc @ v2.15.1-1 (Hopper rows for a pure sm90 communicator)",
+     dict(arch_rows="exact")),
     ((2, 16, 2), "src/graph/tuning.cc @ v2.16.2-1 (LL128 on sm90)", dict(ll128_archs=(70, 80, 90))),
     ((2, 17, 1), "src/graph/tuning.cc, src/graph/search.cc @ v2.17.1-1 (NVLS)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls"),
@@ -138,7 +140,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         ring_ll128=_rows((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
         tree_ll128=_rows((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
         tree=_rows((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 33.0)),
-        plateau_factor=(1.9, 1.5, 90), ll128_pxn_hopper=True,
+        plateau_factor=(1.9, 1.5, 90), ll128_pxn_hopper=True, arch_rows="3",
         simple_sync_warps=(4, 1, 4, 4, 0, 0, 1),  # src/enqueue.cc @ v2.17.1-1: NVLS takes NCCL_MAX_NTHREADS
     )),
     ((2, 18, 1), "src/graph/tuning.cc @ v2.18.1-1 (NVLSTree, new latencies, net overhead)", dict(
@@ -224,8 +226,8 @@ def introduced(field: str) -> list[Version]:
 
 def arch_row(f: ReleaseFacts, sm_version: int) -> int:
     """The table row NCCL indexes for a communicator whose GPUs are all ``sm_version``."""
-    if f.arch_rows == "sm80":
-        return 1 if sm_version == 80 else 0
+    if f.arch_rows in ("sm80", "exact"):
+        return {80: 1, 90: 2 if f.arch_rows == "exact" else 0}.get(sm_version, 0)
     if f.arch_rows == "4" and sm_version >= 100:
         return 3
     return 2 if sm_version >= 90 else 1 if sm_version >= 80 else 0

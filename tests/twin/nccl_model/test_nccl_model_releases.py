@@ -59,8 +59,11 @@ def test_table_spot_checks():
 
 
 def test_arch_rows_and_ll128_enablement():
-    # ≤ 2.14 only a pure sm80 communicator gets the Ampere row (compCap80); sm86 falls to Volta's
-    assert arch_row(facts((2, 8, 4)), 86) == 0 and arch_row(facts((2, 15, 1)), 86) == 1
+    # ≤ 2.14 only a pure sm80 communicator gets the Ampere row (compCap80); sm86 falls to Volta's;
+    # 2.15 adds the Hopper row for pure sm90; 2.17 picks rows by tiers (sm86 → Ampere)
+    assert arch_row(facts((2, 8, 4)), 86) == 0 and arch_row(facts((2, 8, 4)), 90) == 0
+    assert arch_row(facts((2, 15, 1)), 86) == 0 and arch_row(facts((2, 15, 1)), 90) == 2
+    assert arch_row(facts((2, 17, 1)), 86) == 1 and arch_row(facts((2, 25, 1)), 100) == 3
     h100 = replace(A100, sm_version=90)
     assert not ll128_default(replace(h100, nccl_version=(2, 15, 1)))  # sm90 LL128 from v2.16.2-1
     assert ll128_default(replace(h100, nccl_version=(2, 16, 2)))
