@@ -151,6 +151,8 @@ def _candidate_algos(info: NcclCommInfo, op: Op, dtype: str) -> list[Algo]:
     for a in Algo:
         if a.value not in tc.facts.algorithms:
             continue
+        if op in (Op.ALLGATHER, Op.REDUCESCATTER) and a.value not in tc.facts.gather_algos:
+            continue
         if a in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) and not info.collnet_support:
             continue
         if a is Algo.COLLNET_DIRECT and local > MAX_DIRECT_ARITY + 1:

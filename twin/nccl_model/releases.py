@@ -42,6 +42,8 @@ class ReleaseFacts:
 
     algorithms: tuple[str, ...]
     """Algorithms the release has, in index order (:class:`~tuner.config.Algo` values)."""
+    gather_algos: tuple[str, ...]
+    """Algorithms with an AllGather/ReduceScatter cost entry (``ncclTopoTuneModel``'s coll filter)."""
     algo_names: tuple[str, ...]
     """``ncclAlgoStr``: the names ``NCCL_ALGO`` accepts (case-insensitive), same order."""
     env_prefixes: bool
@@ -87,7 +89,7 @@ class ReleaseFacts:
 CHANGES: tuple[tuple[Version, str, dict], ...] = (
     ((2, 8, 3), "src/graph/tuning.cc, src/include/devcomm.h @ v2.8.4-1", dict(
         algorithms=("tree", "ring", "collnet_chain"),  # 2.8's CollNet: a chain up to the head, then the net
-        algo_names=("Tree", "Ring", "CollNet"),
+        algo_names=("Tree", "Ring", "CollNet"), gather_algos=("ring",),
         env_prefixes=False,
         base_lat=_lat((4.4, 4.4, 0.0), (3.6, 10.0, 8.4), cnc=(4.4, 4.4, 0.0)),
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 4.0)),
@@ -135,7 +137,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
     ((2, 16, 2), "src/graph/tuning.cc @ v2.16.2-1 (LL128 on sm90)", dict(ll128_archs=(70, 80, 90))),
     ((2, 17, 1), "src/graph/tuning.cc, src/graph/search.cc @ v2.17.1-1 (NVLS)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls"),
-        algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS"),
+        algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS"), gather_algos=("ring", "nvls"),
         base_lat=_lat((4.4, 4.4, 0.0), (3.6, 10.0, 8.4), (4.4, 4.4, 0.0), (4.4, 4.4, 0.0), (0, 0, 40.0)),
         ring_ll128=_rows((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
         tree_ll128=_rows((20.0,) * 3, (20.0,) * 3, (36.7,) * 3),
@@ -146,6 +148,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
     ((2, 18, 1), "src/graph/tuning.cc @ v2.18.1-1 (NVLSTree, new latencies, net overhead)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree"),
         algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"),
+        gather_algos=("ring",),  # 2.18 drops NVLS AllGather/ReduceScatter from the model; 2.19 restores it
         base_lat=_lat((6.8, 14.0, 0.0), (6.6, 14.0, 8.4), (6.8, 14.0, 0.0), (6.8, 14.0, 0.0), (0, 0, 23.0),
                       (0, 0, 23.0)),
         hw_lat=(_lat((.6, 1.25, 28.0), (.6, 1.9, 3.4), (0, 0, 8.0), (0, 0, 4.75)),
@@ -163,12 +166,15 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         tree=_rows((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0)),
     )),
     ((2, 19, 1), "src/graph/tuning.cc, src/enqueue.cc @ v2.19.1-1 (sync warps: Ring +1, Tree +4; ≥ 3 warps)", dict(
+        gather_algos=("ring", "nvls"),
         simple_sync_warps=(4, 1, 0, 0, 0, 0, 0), min_warps=3,
         base_lat=_lat((6.8, 14.0, 0.0), (6.6, 14.0, 8.4)),
         hw_lat=(_lat((.6, 1.25, 28.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 23.0), (0, 0, 23.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 14.0), (0, 0, 31.0), (0, 0, 30.0), (0, 0, 18.0), (0, 0, 14.0))),
     )),
+    ((2, 20, 3), "src/graph/tuning.cc @ v2.20.3-1 (CollNetDirect AllGather/ReduceScatter)",
+     dict(gather_algos=("ring", "nvls", "collnet_direct"))),
     ((2, 21, 5), "src/graph/tuning.cc @ v2.21.5-1 (Ring LL 1/4 -> 1/2, Hopper LL rows)", dict(
         hw_lat=(_lat((.6, 1.25, 28.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25.0), (0, 0, 25.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
@@ -180,6 +186,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
     ((2, 23, 4), "src/graph/tuning.cc @ v2.23.4-1 (PAT; Tree/Simple latencies; LL128 over NVB)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"),
         algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"),
+        gather_algos=("ring", "nvls", "collnet_direct", "pat"),
         base_lat=_lat((6.8, 14.0, 8.4), (6.6, 14.0, 8.4), pat=(8.0, 8.0, 8.0)),
         hw_lat=(_lat((.6, 1.25, 4.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25.0), (0, 0, 25.0),
                      (0, 0, 4.0)),
