@@ -47,7 +47,7 @@ from traces.nccl_tests import NcclTestsLog, NcclTestsRow, read_nccl_tests
 from traces.task import Op
 from traces.units import format_size
 from tuner.config import Algo, Proto, parse_enum
-from tuner.knobs import DEFAULT_NCCL_VERSION
+from tuner.knobs import DEFAULT_NCCL_VERSION, OLDEST_NCCL_VERSION
 from twin.placement import Communicator
 from twin.predict import predict
 from twin.topology import load_cluster
@@ -62,7 +62,7 @@ TIME_NOISE = 0.03
 """A measured time this much below an earlier size's is a fall, not timing noise."""
 MIN_BUSBW_FOR_TIME = 1.0
 """GB/s: below this a busbw-only table's 2-decimal busbw says too little to derive a time from."""
-MODELLED_RELEASES = (2, 27, 0)
+MODELLED_RELEASES = OLDEST_NCCL_VERSION
 
 Point = tuple[int, float, float]
 """(size in bytes, measured busbw, predicted busbw), GB/s."""
@@ -167,10 +167,12 @@ def file_release(log: NcclTestsLog, run: Run) -> str | None:
 
 def nccl_release(version: str | None) -> tuple[int, int, int]:
     """The NCCL release whose choices the twin emulates: ``version`` where the cost model knows
-    it (2.27 and later), else the default (``DEFAULT_NCCL_VERSION``).
+    it (2.8.3 and later), else the default (``DEFAULT_NCCL_VERSION``).
 
-    >>> nccl_release("2.28.9"), nccl_release("2.8.4") == nccl_release(None) == DEFAULT_NCCL_VERSION
-    ((2, 28, 9), True)
+    >>> nccl_release("2.28.9"), nccl_release("2.8.4")
+    ((2, 28, 9), (2, 8, 4))
+    >>> nccl_release("2.7.8") == nccl_release(None) == DEFAULT_NCCL_VERSION
+    True
     """
     if version:
         release = tuple(int(x) for x in version.split(".")[:3])

@@ -17,10 +17,10 @@ from typing import Annotated
 
 import typer
 
+from ccltwin.nccl_release import DEFAULT_VERSION_TEXT, NcclVersionOption, parse_nccl_version
 from ccltwin.profiles import ProfileOption, params_of
 from traces.trace_file import check_writable, load_trace
 from tuner.export import write_env, write_tuner_csv
-from tuner.knobs import DEFAULT_NCCL_VERSION
 from tuner.plan import PlanEntry, save_plan
 from twin.placement import cluster_for, shaped_tasks
 from twin.rank import predicted_winners, rank_trace
@@ -29,8 +29,6 @@ HEADER = (f"{'op':<13} {'size (B)':>12} {'ranks':>5} {'group':<6} {'calls/it':>8
           f"{'nc':>3} {'nt':>4} {'chunk':>8} {'best (us)':>10}  {'NCCL default':<24} {'default (us)':>12} "
           f"{'speedup':>7}")
 
-DEFAULT_VERSION_TEXT = ".".join(map(str, DEFAULT_NCCL_VERSION))
-"""``--nccl-version``'s default, as the option spells it."""
 
 
 def _row(e: PlanEntry) -> str:
@@ -38,14 +36,6 @@ def _row(e: PlanEntry) -> str:
     return (f"{t.op:<13} {t.nbytes:>12} {t.nranks:>5} {t.group or '-':<6} {e.calls_per_iteration:>8.3g}  "
             f"{b.subspace!s:<24} {b.nchannels:>3} {b.nthreads:>4} {b.chunk_bytes:>8} {e.best.time_us:>10.2f}  "
             f"{d.subspace!s:<24} {e.default.time_us:>12.2f} {e.speedup:>6.2f}x")
-
-
-def _version(text: str) -> tuple[int, int, int]:
-    parts = text.split(".")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise typer.BadParameter(f"{text!r}: expected MAJOR.MINOR.PATCH, e.g. {DEFAULT_VERSION_TEXT}",
-                                 param_hint="--nccl-version")
-    return int(parts[0]), int(parts[1]), int(parts[2])
 
 
 def rank(
@@ -57,7 +47,7 @@ def rank(
     gpus_per_node: Annotated[int | None, typer.Option(help="Use the first G GPUs of each node.")] = None,
     nics_per_node: Annotated[int | None, typer.Option(help="Keep the first K NICs of each node.")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="Line rate of every NIC, Gb/s.")] = None,
-    nccl_version: Annotated[str, typer.Option(help="NCCL release to model.")] = DEFAULT_VERSION_TEXT,
+    nccl_version: NcclVersionOption = DEFAULT_VERSION_TEXT,
     max_channels: Annotated[int | None, typer.Option(
         help="Sweep channels up to N (default: each communicator's own channel count).")] = None,
     env: Annotated[Path | None, typer.Option(help="Also write the per-process NCCL_* settings here.")] = None,
@@ -71,7 +61,7 @@ def rank(
     for path, what in ((output, "plan"), (env, "environment file"), (csv, "tuner rules")):
         if path is not None:
             check_writable(path, what)
-    version = _version(nccl_version)
+    version = parse_nccl_version(nccl_version)  # twin.rank notes a release newer than the modelled ones
     params, constants = params_of(profile)
     workload = load_trace(trace)
     cluster = cluster_for(workload, topology, nodes=nodes, gpus_per_node=gpus_per_node,

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ccltwin.nccl_release import DEFAULT_VERSION_TEXT, NcclVersionOption, nccl_version_of
 from ccltwin.profiles import ProfileOption, params_of
 from traces.errors import CcltwinError
 from traces.task import parse_dtype, parse_op, whole_elements
@@ -55,6 +56,7 @@ def simulate(
                                 ] = 1,
     profile: ProfileOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per size.")] = False,
+    nccl_version: NcclVersionOption = DEFAULT_VERSION_TEXT,
 ) -> None:
     """Predict a collective over a range of sizes, like an nccl-tests run on the cluster.
 
@@ -62,13 +64,15 @@ def simulate(
     """
     if nthreads is not None and nthreads % 32:
         raise typer.BadParameter(f"{nthreads} is not a multiple of 32 (a warp)", param_hint="--nthreads")
+    version = nccl_version_of(nccl_version)
     params, constants = params_of(profile)
     cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                            nic_gbps=nic_gbps)
     if cluster.gpus_per_node % gpus_per_process:
         raise CcltwinError(f"--gpus-per-process {gpus_per_process}: one process drives whole shares of a node's "
                            f"{cluster.gpus_per_node} GPUs")
-    comm = Communicator.first(cluster, nranks, gpus_per_process=gpus_per_process, params=params)
+    comm = Communicator.first(cluster, nranks, gpus_per_process=gpus_per_process, params=params,
+                              nccl_version=version)
     knobs = {
         "algo": parse_enum(Algo, algo) if algo else None,
         "proto": parse_enum(Proto, proto) if proto else None,
@@ -88,7 +92,7 @@ def simulate(
         typer.echo(json.dumps([p.as_dict() for p in predictions], indent=1))
         return
     typer.echo(f"# ccltwin simulate: {the_op} on {cluster.name}, {comm.nranks} ranks "
-               f"({cluster.nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.model}), "
+               f"({cluster.nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.model}), NCCL {nccl_version}, "
                f"{constants}; predicted, not measured")
     typer.echo("#" + HEADER[1:])
     typer.echo("#" + UNITS[1:])

@@ -19,6 +19,7 @@ from typing import Annotated
 
 import typer
 
+from ccltwin.nccl_release import DEFAULT_VERSION_TEXT, NcclVersionOption, nccl_version_of
 from ccltwin.profiles import ProfileOption, params_of
 from ccltwin.simulate import DTYPE_HELP
 from traces.errors import CcltwinError
@@ -62,6 +63,7 @@ def tune(
     max_trials: Annotated[int | None, typer.Option(min=1, help="Stop each task's search after this many trials.")
                           ] = None,
     profile: ProfileOption = None,
+    nccl_version: NcclVersionOption = DEFAULT_VERSION_TEXT,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per task.")] = False,
 ) -> None:
     """Tune NCCL configs per task with a search algorithm; print each trajectory and winner."""
@@ -75,18 +77,19 @@ def tune(
     if (trace is None) == (op is None):
         raise CcltwinError("give either --trace or --op/--nbytes/--nranks")
     echo = (lambda _line: None) if as_json else typer.echo
+    version = nccl_version_of(nccl_version)
     params, constants = params_of(profile)
     if trace is not None:
         loaded = load_trace(trace)
         cluster = cluster_for(loaded, topology, nodes=nodes, gpus_per_node=gpus_per_node)
-        runner = TwinExecutor(cluster, noise=noise, seed=seed, params=params)
+        runner = TwinExecutor(cluster, noise=noise, seed=seed, params=params, nccl_version=version)
         floor = parse_size(min_size)
         tasks = [(n, t) for n, t, _ in trace_tasks(loaded, cluster) if t.nbytes >= floor]
         if not tasks:
             typer.echo(f"note: no task of {trace} moves at least {min_size}; nothing to tune", err=True)
     else:
         cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node)
-        runner = TwinExecutor(cluster, noise=noise, seed=seed, params=params)
+        runner = TwinExecutor(cluster, noise=noise, seed=seed, params=params, nccl_version=version)
         if nbytes is None or nranks is None:
             raise CcltwinError("--op needs --nbytes and --nranks")
         size = parse_size(nbytes)
@@ -99,7 +102,8 @@ def tune(
     plan = load_plan(warm_start) if warm_start is not None else None
     db = Store(store) if store is not None else None
     try:
-        echo(f"# ccltwin tune: {search} on {cluster.label}, twin executor with {noise:.0%} noise, seed {seed}, "
+        echo(f"# ccltwin tune: {search} on {cluster.label}, NCCL {nccl_version}, twin executor with {noise:.0%} noise, "
+             f"seed {seed}, "
              f"{constants}; predicted, not measured")
         if plan is not None and plan.cluster != cluster.identity:
             typer.echo(f"note: {warm_start} was ranked on {plan.cluster}, not on {cluster.identity}: its order and "

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from ccltwin.nccl_release import DEFAULT_VERSION_TEXT, NcclVersionOption, nccl_version_of
 from ccltwin.profiles import ProfileOption, params_of
 from traces.errors import CcltwinError
 from traces.examples import default_trace
@@ -57,6 +58,7 @@ def whatif(
     engine: Annotated[str, typer.Option(help="Where the clusters are replayed: local (processes) or ray.")
                       ] = "local",
     profile: ProfileOption = None,
+    nccl_version: NcclVersionOption = DEFAULT_VERSION_TEXT,
 ) -> None:
     """Replay a training trace on candidate clusters: iteration time, communication share, per-task
     bus bandwidth and cost, with NCCL's default configuration and with the best one found."""
@@ -76,6 +78,7 @@ def whatif(
         check_writable(output, "report")
     if html is not None:
         check_writable(html, "HTML report")
+    version = nccl_version_of(nccl_version)
     params, constants = params_of(profile)
     workload = load_trace(path)
     # dashboards (plotly, dash) load only for the commands that use them: every other command starts faster.
@@ -83,7 +86,7 @@ def whatif(
     from dashboards.report import write_html
     from dashboards.studies import whatif_report
 
-    candidates = [Candidate(t, n, p) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
+    candidates = [Candidate(t, n, p, version) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
     with progress_bar("replaying clusters", quiet=as_json) as update:
         report = whatif_report(workload, candidates, tuned=tuned, name=name, engine=engine, params=params,
                                on_progress=update)

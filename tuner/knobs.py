@@ -25,25 +25,25 @@ Version = tuple[int, int, int]
 DEFAULT_NCCL_VERSION: Version = (2, 28, 9)
 """The NCCL release modelled when none is given: the one whose tables ``twin.nccl_model`` carries
 and on which our H200 measurements ran."""
-OLDEST_NCCL_VERSION: Version = (2, 0, 0)
-"""NCCL 2.0 (2017) introduced the inter-node transports and the algorithms modelled; 1.x was a
-single-node library, and there is no release 0."""
-NEWEST_MODELLED_VERSION: Version = (2, 29, 7)
-"""The newest release whose behaviour the knob tiers know (``NCCL_NO_CACHE``)."""
+OLDEST_NCCL_VERSION: Version = (2, 8, 3)
+"""The oldest release modelled: v2.8.3-1, the first 2.8 tag (``twin.nccl_model.releases``)."""
+NEWEST_MODELLED_VERSION: Version = (2, 30, 7)
+"""The newest release whose source was read (v2.30.7-1): cost tables, knob tiers."""
 
 
 def check_nccl_version(version: Version) -> str | None:
-    """Refuse a release that never existed as modelled; a note for one beyond the modelled ones::
+    """Refuse a release outside the modelled range; a note for one newer than the newest modelled::
 
         >>> check_nccl_version((99, 99, 99))
-        'NCCL 99.99.99 is newer than the newest modelled release (2.29.7); modelled as 2.29.7 would behave'
+        'NCCL 99.99.99 is newer than the newest modelled release (2.30.7); modelled as 2.30.7 would behave'
         >>> check_nccl_version((2, 28, 9)) is None
         True
     """
     name = ".".join(map(str, version))
     if tuple(version) < OLDEST_NCCL_VERSION:
-        raise CcltwinError(f"NCCL {name}: no such release is modelled (the oldest is "
-                           f"{'.'.join(map(str, OLDEST_NCCL_VERSION))}, NCCL 2.0, 2017)")
+        raise CcltwinError(f"NCCL {name} is not modelled: the supported releases are "
+                           f"{'.'.join(map(str, OLDEST_NCCL_VERSION))} to "
+                           f"{'.'.join(map(str, NEWEST_MODELLED_VERSION))} (newer ones run as the newest)")
     if tuple(version) > NEWEST_MODELLED_VERSION:
         newest = ".".join(map(str, NEWEST_MODELLED_VERSION))
         return f"NCCL {name} is newer than the newest modelled release ({newest}); modelled as {newest} would behave"

@@ -16,6 +16,7 @@ from traces.errors import CcltwinError
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
 from twin.nccl_model import nccl_choice
+from twin.nccl_model.envparse import env_name
 from twin.placement import Communicator
 
 __all__ = ["Prediction", "predict", "resolve"]
@@ -64,7 +65,8 @@ def resolve(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
         if value is not None and value <= 0:
             raise CcltwinError(f"a forced {name} must be positive, got {value}")
     # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
-    info = replace(comm.nccl, algo_env=algo and str(algo), proto_env=proto and str(proto))
+    version = comm.nccl.nccl_version
+    info = replace(comm.nccl, algo_env=algo and env_name(algo, version), proto_env=proto and str(proto))
     choice = nccl_choice(info, op, nbytes, dtype)
     config = Config(choice.algo, choice.proto, transport or Transport.P2P, nchannels or choice.nchannels,
                     nthreads or choice.nthreads, chunk_bytes or choice.chunk_bytes)

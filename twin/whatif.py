@@ -32,6 +32,7 @@ from traces.errors import CcltwinError
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Config, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from tuner.space import CHANNEL_FIELD_MAX, ConfigError
 from twin.hardware import GPUS
 from twin.params import DEFAULT_PARAMS, TwinParams
@@ -54,11 +55,13 @@ under 100 USD (``PRICE_PER_GPU_HOUR``); far larger ones would overflow the costs
 @dataclass(frozen=True)
 class Candidate:
     """A cluster to try: a preset or YAML file, its node count (None: as many as the trace
-    needs), and a price per GPU-hour (None: ``PRICE_PER_GPU_HOUR`` by GPU model)."""
+    needs), a price per GPU-hour (None: ``PRICE_PER_GPU_HOUR`` by GPU model) and the NCCL
+    release it runs."""
 
     topology: str
     nodes: int | None = None
     price_per_gpu_hour: float | None = None
+    nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION
 
     def __post_init__(self) -> None:
         price = self.price_per_gpu_hour
@@ -248,7 +251,7 @@ def evaluate_cluster(trace: Trace, cluster: Cluster, candidate: Candidate, *, tu
                      params: TwinParams = DEFAULT_PARAMS) -> ClusterReport:
     """Replay ``trace`` on ``cluster``, built already (an edited description, say); ``candidate``
     names it and gives its price."""
-    placement = Placement(trace, cluster, params=params)
+    placement = Placement(trace, cluster, candidate.nccl_version, params=params)
     default = replay(trace, cluster, placement=placement, params=params)
     tuned_result = tune(trace, placement, default) if tuned else None
     by_task = {t.task: t for t in tuned_result.tasks} if tuned_result else {}

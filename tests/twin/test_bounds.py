@@ -64,9 +64,9 @@ def test_price_chunk_and_nccl_version_are_checked(tmp_path):
              "--chunk", "0"], "chunk size must be positive, got 0")
     plan = tmp_path / "plan.json"
     base = ["rank", "--trace", str(trace), "--topology", "l40s-pcie", "-o", str(plan)]
-    refused([*base, "--nccl-version", "0.0.0"], "NCCL 0.0.0", "oldest is 2.0.0")
+    refused([*base, "--nccl-version", "0.0.0"], "NCCL 0.0.0", "supported releases are 2.8.3 to 2.30.7")
     assert not plan.exists()
     result = runner.invoke(app, [*base, "--nccl-version", "99.99.99"])
-    assert result.exit_code == 0 and "note: NCCL 99.99.99 is newer than the newest modelled release (2.29.7)" \
+    assert result.exit_code == 0 and "note: NCCL 99.99.99 is newer than the newest modelled release (2.30.7)" \
         in result.output, result.output
     assert plan.exists()

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tuner.config import Algo, Config, Proto, parse_enum
-from tuner.knobs import DEFAULT_NCCL_VERSION
+from tuner.knobs import DEFAULT_NCCL_VERSION, OLDEST_NCCL_VERSION
 from twin.calibrate.errors import CalibrationError
 from twin.calibrate.points import Point
 from twin.model.schedule import Schedule, Unsupported, check_supported, schedule_for
@@ -37,16 +37,16 @@ __all__ = ["OLDEST_MODELLED_RELEASE", "TwinModel", "emulated_release", "interfer
 _GRID = re.compile(r"\d+x\d+")
 """A task's group given as its shape, ``GxN``: G GPUs on each of N nodes."""
 
-OLDEST_MODELLED_RELEASE = (2, 27, 0)
-"""The oldest NCCL release whose choices the twin's cost model emulates (``twin.nccl_model``)."""
+OLDEST_MODELLED_RELEASE = OLDEST_NCCL_VERSION
+"""The oldest NCCL release whose choices the twin's cost model emulates (``twin.nccl_model.releases``)."""
 
 
 def emulated_release(version: str) -> tuple[int, int, int]:
     """The NCCL release whose choices the twin emulates for a measurement taken with ``version``:
     that release where the cost model knows it, else ``DEFAULT_NCCL_VERSION``.
 
-    >>> emulated_release("2.29.2"), emulated_release("2.8.4") == DEFAULT_NCCL_VERSION
-    ((2, 29, 2), True)
+    >>> emulated_release("2.29.2"), emulated_release("2.8.4"), emulated_release("2.7.8") == DEFAULT_NCCL_VERSION
+    ((2, 29, 2), (2, 8, 4), True)
     """
     parts = version.split(".")[:3]
     if len(parts) == 3 and all(p.isdigit() for p in parts):

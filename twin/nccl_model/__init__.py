@@ -3,7 +3,8 @@
 ``inputs.NcclCommInfo`` describes a communicator as NCCL sees it after its topology
 search; ``search.comm_info`` derives one from a :class:`twin.topology.Cluster`.
 ``cost_table`` reproduces the table NCCL hands a tuner plugin and ``nccl_choice`` the
-whole default decision (algorithm, protocol, channels, threads, chunk).
+whole default decision (algorithm, protocol, channels, threads, chunk), each as the
+communicator's NCCL release (2.8.3 – 2.30.7) makes it: ``releases`` holds what changed when.
 """
 
 from twin.nccl_model.cost_table import cost_table

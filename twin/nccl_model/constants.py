@@ -2,7 +2,8 @@
 
 Values are those of NCCL v2.28.9 (``src/graph/tuning.cc``, ``src/include/device.h``,
 ``collectives.h``, ``comm.h``); the few entries that differ in v2.27.5, v2.29.7 and v2.30.7
-are chosen by :func:`tuner_constants`.  Tables are indexed like NCCL's: ``[algo][proto]`` with
+are chosen by :func:`tuner_constants`, and releases 2.8 – 2.26 take theirs from the table of
+:mod:`twin.nccl_model.releases`.  Tables are indexed like NCCL's: ``[algo][proto]`` with
 the :class:`~tuner.config.Algo` / :class:`~tuner.config.Proto` index order, compute
 capability rows Volta/Ampere/Hopper/Blackwell, node-count columns N1/N2/N4+.
 """
@@ -10,6 +11,8 @@ capability rows Volta/Ampere/Hopper/Blackwell, node-count columns N1/N2/N4+.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from twin.nccl_model.releases import ReleaseFacts, facts
 
 Version = tuple[int, int, int]
 
@@ -65,15 +68,6 @@ _HW_LAT = (
     ),
 )
 
-# Rows: Volta/Ampere/Hopper/Blackwell on one node; on more nodes the row is picked by
-# CPU vendor instead (0 Intel/other, 1 AMD).  Columns N1/N2/N4+.
-LL_MAX_BWS = (
-    (39.0, 39.0, 20.4),
-    (87.7, 22.5, 19.0),
-    (141.0, 45.0, 35.0),
-    (2 * 141.0, 2 * 45.0, 2 * 35.0),
-)
-
 _RING_LL128 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7))
 _TREE_LL128 = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0))
 _TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0))
@@ -116,19 +110,21 @@ class TunerConstants:
     max_dev_work_batch_colls: int  # 1024 B / sizeof(ncclDevWorkColl): 10 (96 B) before 2.30, 8 (128 B)
     collnet_chain_arity_check: bool  # ≥ 2.28 drops CollNetChain above 8 local ranks
     nvls_multinode_channel_cap: bool  # ≥ 2.28 caps multi-node NVLS at comm->nChannels
+    tree_correction: tuple  # treeCorrectionFactor rows LL, LL128, Simple
+    facts: ReleaseFacts
+    """The release's entry of :mod:`twin.nccl_model.releases` (older formula switches)."""
 
 
 def release(version: Version) -> tuple[int, int]:
-    """The table generation a version uses: (2, 27), (2, 28), (2, 29) or (2, 30)."""
-    major, minor = version[0], version[1]
-    if (major, minor) < (2, 27):
-        name = '.'.join(map(str, version))
-        raise ValueError(f"NCCL {name} predates the modelled releases (2.27 – 2.30)")
-    return (2, 30) if (major, minor) >= (2, 30) else (2, minor)
+    """The table generation a version uses: (2, minor) up to (2, 30); refuses one before 2.8.3."""
+    facts(version)  # refuses versions before the oldest modelled release
+    return (2, 30) if tuple(version[:2]) >= (2, 30) else (2, version[1])
 
 
 def tuner_constants(version: Version) -> TunerConstants:
     rel = release(version)
+    if rel < (2, 27):
+        return _from_facts(facts(version))
     bw = _BLACKWELL[rel]
     hw_lat = _HW_LAT
     if rel == (2, 27):  # NVLSTree over the network had the Tree value
@@ -146,12 +142,16 @@ def tuner_constants(version: Version) -> TunerConstants:
         max_dev_work_batch_colls=8 if rel >= (2, 30) else 10,
         collnet_chain_arity_check=rel >= (2, 28),
         nvls_multinode_channel_cap=rel >= (2, 28),
+        tree_correction=TREE_CORRECTION,
+        facts=facts(version),
     )
 
 
-def compcap_index(sm_version: int) -> int:
-    if sm_version >= 100:
-        return BLACKWELL
-    if sm_version >= 90:
-        return HOPPER
-    return AMPERE if sm_version >= 80 else VOLTA
+def _from_facts(f: ReleaseFacts) -> TunerConstants:
+    """A release before 2.27: every table from :mod:`twin.nccl_model.releases`."""
+    return TunerConstants(
+        base_lat=f.base_lat, hw_lat=f.hw_lat, ring_ll128=f.ring_ll128, tree_ll128=f.tree_ll128, tree=f.tree,
+        nvls_tree=None, nvls_efficiency_model=False, tree_correction_cols=23, nvls_tree_correction=False,
+        max_dev_work_batch_colls=10, collnet_chain_arity_check=False, nvls_multinode_channel_cap=False,
+        tree_correction=(TREE_CORRECTION[0][:23], f.tree_correction_ll128, TREE_CORRECTION[2][:23]), facts=f,
+    )

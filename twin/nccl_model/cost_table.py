@@ -25,16 +25,16 @@ from twin.nccl_model.constants import (
     HW_NET,
     HW_NVLINK,
     HW_PCI,
-    LL_MAX_BWS,
     MAX_DIRECT_ARITY,
     MAX_NVLS_ARITY,
     NVLS_EFFICIENCY,
     TREE_CORRECTION,
-    compcap_index,
+    TunerConstants,
     tuner_constants,
 )
 from twin.nccl_model.envparse import parse_algo_env, parse_proto_env
 from twin.nccl_model.inputs import NcclCommInfo, PathType
+from twin.nccl_model.releases import ReleaseFacts, arch_row
 
 COLLECTIVES = (Op.BROADCAST, Op.REDUCE, Op.ALLGATHER, Op.REDUCESCATTER, Op.ALLREDUCE)
 IGNORE = -1.0  # NCCL_ALGO_PROTO_IGNORE
@@ -79,15 +79,24 @@ def algo_time(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int,
     log_size = (nbytes >> 6).bit_length() - 1
     if op is Op.ALLREDUCE and log_size >= 0:
         if algo is Algo.TREE and log_size < tc.tree_correction_cols:
-            bw *= TREE_CORRECTION[proto.nccl_index][log_size]
+            bw *= tc.tree_correction[proto.nccl_index][log_size]
         if (algo is Algo.NVLS_TREE and tc.nvls_tree_correction and log_size < 24 and info.sm_version >= 100
                 and info.cpu_vendor in _X86):
             bw *= TREE_CORRECTION[proto.nccl_index][log_size]
-    if (algo is Algo.RING and proto is Proto.SIMPLE and info.nnodes > 1 and op is Op.ALLREDUCE
-            and nbytes // (info.nchannels * info.nranks) >= 64):
-        lat *= 1.9 if info.sm_version < 80 else 1.4  # ring plateau
+    if algo is Algo.RING and proto is Proto.SIMPLE and info.nnodes > 1 and op is Op.ALLREDUCE:
+        lat *= _plateau(tc.facts, info, nbytes)
     lat_count = num_pipe_ops if algo is Algo.RING else math.ceil(num_pipe_ops / tc.max_dev_work_batch_colls)
     return lat * lat_count + nbytes / (1000.0 * bw)
+
+
+def _plateau(f: ReleaseFacts, info: NcclCommInfo, nbytes: int) -> float:
+    """Ring/Simple AllReduce latency factor across nodes ("plateau effect of ring")."""
+    if f.plateau == "total":  # ≤ 2.17: from nRanks/16 × 64 KiB in all
+        reached = nbytes >= info.nranks / 16.0 * 65536
+    else:  # ≥ 2.18: from 64 B per channel and rank
+        reached = nbytes // (info.nchannels * info.nranks) >= 64
+    below, above, sm = f.plateau_factor
+    return (below if info.sm_version < sm else above) if reached else 1.0
 
 
 def model_entry(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto) -> tuple[float, float]:
@@ -98,9 +107,9 @@ def model_entry(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto) -> tuple[f
 
 def enabled(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto) -> bool:
     """Whether NCCL's enable matrix (env lists, topology rules, LL128 default) keeps the pair."""
-    algo_on = parse_algo_env(info.algo_env)[op][algo] if info.algo_env else 1
+    algo_on = parse_algo_env(info.algo_env, info.nccl_version)[op][algo] if info.algo_env else 1
     default_proto = 2 if proto is Proto.LL128 else 1  # 2: LL128 decided by the topology
-    proto_on = parse_proto_env(info.proto_env)[op][proto] if info.proto_env else default_proto
+    proto_on = parse_proto_env(info.proto_env, info.nccl_version)[op][proto] if info.proto_env else default_proto
     if info.nnodes == 1 and algo is Algo.NVLS_TREE:
         algo_on = 0
     if not info.collnet_support and (algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN)
@@ -114,13 +123,18 @@ def enabled(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto) -> bool:
 
 
 def ll128_default(info: NcclCommInfo) -> bool:
-    """NCCL's default LL128 rule: NVLink inside the node, NIC close to the GPU, sm ≥ 70.
+    """NCCL's default LL128 rule: NVLink inside the node, NIC close to the GPU, a tested arch.
 
-    (With ``NCCL_LL128_C2C=1``, the default, Hopper and newer also accept NICs reached
-    through a peer GPU (PXN).  CUDA 11.8's sm90 two-rank exception is not modelled.)
+    From 2.27 every sm ≥ 70; before, only the listed archs (2.8: sm70 and sm80, 2.16: + sm90,
+    2.25: + sm100, sm120).  From 2.17 Hopper and newer also accept NICs reached through a peer
+    GPU (PXN; ``NCCL_LL128_C2C=1``, the default, later); from 2.23 NVLink through a peer GPU (NVB)
+    counts as NVLink.  CUDA 11.8's sm90 two-rank exception is not modelled.
     """
-    limit = PathType.PXN if info.sm_version >= 90 else PathType.PXB
-    return info.type_inter <= limit and info.type_intra <= PathType.NVB and info.sm_version >= 70
+    f = tuner_constants(info.nccl_version).facts
+    limit = PathType.PXN if (info.sm_version >= 90 and f.ll128_pxn_hopper) else PathType.PXB
+    intra = PathType.NVB if f.ll128_intra_nvb else PathType.NVL
+    arch = info.sm_version >= 70 if f.ll128_archs is None else info.sm_version in f.ll128_archs
+    return info.type_inter <= limit and info.type_intra <= intra and arch
 
 
 def _check_collective(op: Op) -> None:
@@ -135,6 +149,10 @@ def _candidate_algos(info: NcclCommInfo, op: Op, dtype: str) -> list[Algo]:
     nvls_ok = info.nvls_support and info.nvls_graph[0] > 0 and (dtype in _NVLS_DTYPES or op is Op.ALLGATHER)
     out = []
     for a in Algo:
+        if a.value not in tc.facts.algorithms:
+            continue
+        if op in (Op.ALLGATHER, Op.REDUCESCATTER) and a.value not in tc.facts.gather_algos:
+            continue
         if a in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) and not info.collnet_support:
             continue
         if a is Algo.COLLNET_DIRECT and local > MAX_DIRECT_ARITY + 1:
@@ -168,19 +186,21 @@ def implemented(op: Op, algo: Algo, proto: Proto) -> bool:
 def _tune_model(info: NcclCommInfo, op: Op) -> dict[tuple[Algo, Proto], tuple[float, float]]:
     """``ncclTopoTuneModel`` for one collective: {(algo, proto): (algbw GB/s, latency µs)}."""
     tc = tuner_constants(info.nccl_version)
+    f = tc.facts
     n, nodes, ppn, sm = info.nranks, info.nnodes, info.ppn, info.sm_version
     if n <= 1:
         return {}
-    cc = compcap_index(sm)
+    cc = arch_row(f, sm)
     i2 = nodes - 1 if nodes <= 2 else 2
     i1 = cc if nodes == 1 else (1 if info.cpu_vendor == "amd" else 0)
-    ll_max = LL_MAX_BWS[i1][i2]
+    ll_max = f.ll_max[i1][i2]
     hw_lat = [[list(row) for row in hw] for hw in tc.hw_lat]
     if info.cpu_vendor == "power":  # favour Tree over Ring on Power
         hw_lat[HW_PCI][Algo.TREE.nccl_index][2] = hw_lat[HW_PCI][Algo.RING.nccl_index][2]
     nsteps = 2 * (n - 1) if op is Op.ALLREDUCE else (n - 1 if op in (Op.ALLGATHER, Op.REDUCESCATTER) else n)
     pat_ok = sm >= 60 and nodes == n
-    net_overhead = 0.0 if nodes == 1 else (2.0 if info.cpu_vendor == "amd" else 1.0)
+    net_overhead = 0.0 if nodes == 1 or not f.net_overhead else (2.0 if info.cpu_vendor == "amd" else 1.0)
+    coll = COLLECTIVES.index(op)
     out = {}
     for a in Algo:
         ai = a.nccl_index
@@ -208,17 +228,24 @@ def _tune_model(info: NcclCommInfo, op: Op) -> dict[tuple[Algo, Proto], tuple[fl
                 else:
                     bw = min(bw_intra, bw_inter if nodes <= 2 else bw_inter / 2)
             bus = nch * bw
+            if f.ampere_bus_cap is not None and cc == 1:  # ≤ 2.17
+                bus = min(bus, f.ampere_bus_cap)
             if a is Algo.RING and p is Proto.LL:
-                bus = min(ll_max, bus * 0.5)
+                factor = f.ring_ll_factor
+                if factor == 0.25 and nodes == 1 and op not in (Op.ALLREDUCE, Op.REDUCE):
+                    factor = 1.0 / 3.0  # ≤ 2.20: one-way collectives on one node
+                bus = min(ll_max, bus * factor)
             if a is Algo.RING and p is Proto.LL128:
-                bus = min(bus * 0.92, nch * tc.ring_ll128[cc][i2])
+                factor = f.ring_ll128_ppn1 if (f.ring_ll128_ppn1 is not None and ppn < 2) else 0.92
+                bus = min(bus * factor, nch * _ll128_cap(tc, tc.ring_ll128, cc, i2, coll))
             if a is Algo.TREE and op is Op.ALLREDUCE:
                 bus = min(bus * 0.92, nch * tc.tree[cc][i2])
             if a is Algo.TREE and p is Proto.LL:
                 bus = min(bus / 3.8, ll_max)
             if a is Algo.TREE and p is Proto.LL128:
-                bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), nch * tc.tree_ll128[cc][i2])
-            if a is Algo.TREE and info.tree_pattern_split:
+                bus = min(bus * (7.0 / 9.0 if nodes == 1 else f.tree_ll128_net),
+                          nch * _ll128_cap(tc, tc.tree_ll128, cc, i2, coll))
+            if a is Algo.TREE and info.tree_pattern_split and f.tree_split_factor:
                 bus *= 0.85
             if a is Algo.PAT:
                 bus *= 0.75
@@ -242,6 +269,8 @@ def _tune_model(info: NcclCommInfo, op: Op) -> dict[tuple[Algo, Proto], tuple[fl
 
             lat = tc.base_lat[ai][pi]
             intra_lat = hw_lat[intra_hw][ai][pi]
+            if f.ll_intra_net_factor is not None and nodes > 1 and p is Proto.LL:  # ≤ 2.17
+                intra_lat *= f.ll_intra_net_factor
             inter_lat = hw_lat[HW_NET][Algo.TREE.nccl_index if ppn == 1 else ai][pi] + info.latency_inter
             if p is Proto.SIMPLE:
                 inter_lat += info.latency_inter  # flush
@@ -265,8 +294,8 @@ def _tune_model(info: NcclCommInfo, op: Op) -> dict[tuple[Algo, Proto], tuple[fl
                 lat += 2 * (min(1, local - 1) * intra_lat + (local - 1) * 0.4) + inter_lat
             elif a is Algo.COLLNET_CHAIN:
                 lat += 2 * (local - 1) * intra_lat + inter_lat
-            elif a is Algo.NVLS:
-                lat = intra_lat + (inter_lat if nodes > 1 else 0.0)
+            elif a is Algo.NVLS:  # base latency 40 µs in 2.17, 23 in 2.18, 0 (in the NVLink one) after
+                lat += intra_lat + (inter_lat if nodes > 1 else 0.0)
             elif a is Algo.NVLS_TREE:
                 lat += intra_lat + 2 * _log2i(nodes) * inter_lat
             elif a is Algo.PAT and op in (Op.ALLGATHER, Op.REDUCESCATTER):
@@ -276,6 +305,12 @@ def _tune_model(info: NcclCommInfo, op: Op) -> dict[tuple[Algo, Proto], tuple[fl
                 bus = 0.0
             out[a, p] = (bus, lat)
     return out
+
+
+def _ll128_cap(tc: TunerConstants, table: tuple, cc: int, i2: int, coll: int) -> float:
+    """Per-channel LL128 bandwidth cap: per collective before 2.10, per arch and nodes after."""
+    per_coll = tc.facts.ll128_per_coll
+    return per_coll[coll] if per_coll is not None else table[cc][i2]
 
 
 def _log2i(x: int) -> int:

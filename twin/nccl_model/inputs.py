@@ -114,9 +114,9 @@ class NcclCommInfo:
         if self.intra_path is not None:
             PathType.parse(self.intra_path)
         if self.algo_env is not None:
-            parse_algo_env(self.algo_env)
+            parse_algo_env(self.algo_env, self.nccl_version)
         if self.proto_env is not None:
-            parse_proto_env(self.proto_env)
+            parse_proto_env(self.proto_env, self.nccl_version)
 
     @property
     def ppn(self) -> float:

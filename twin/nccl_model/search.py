@@ -34,6 +34,7 @@ from twin.hardware import gpu_spec
 from twin.nccl_model.constants import MAXCHANNELS
 from twin.nccl_model.graph_search import BALANCED_TREE, NVLS, RING, TREE, Graph, compute
 from twin.nccl_model.inputs import NcclCommInfo, PathType
+from twin.nccl_model.releases import facts
 from twin.nccl_model.system import NodeSystem, nvlink_bw
 from twin.topology import Cluster
 
@@ -58,16 +59,18 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
     sm = min(gpu_spec(graph.nodes[g]["model"]).sm_version for g in ranks)
     vendor = _cpu_vendor(graph)
     inter = len(hosts) > 1
+    release = facts(nccl_version)
+    max_channels = release.max_channels  # MAXCHANNELS: 32 before 2.25, 64 after
     per_host = []
     for host, gpus in hosts.items():
-        key = (_host_signature(graph, host, gpus), inter, sm, vendor)
+        key = (_host_signature(graph, host, gpus), inter, sm, vendor, max_channels)
         if key not in _SEARCHES:  # identical hosts (and repeated calls) search alike
             if len(_SEARCHES) >= _CACHE_SIZE:
                 _SEARCHES.pop(next(iter(_SEARCHES)))
             system = build_system(graph, host, gpus, inter, sm, vendor)
-            ring = compute(system, RING, 1, MAXCHANNELS // 2)
+            ring = compute(system, RING, 1, max_channels // 2)
             tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels)
-            nvls = compute(system, NVLS, 1, MAXCHANNELS) if len(gpus) > 1 else None
+            nvls = compute(system, NVLS, 1, max_channels) if len(gpus) > 1 else None
             _SEARCHES[key] = (system, ring, tree, nvls)
         system, ring, tree, nvls = _SEARCHES[key]
         per_host.append((system, ring, tree, nvls if nvls_enable else None))
@@ -78,7 +81,7 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
 
     nnodes, nranks = len(hosts), len(ranks)
     search_channels = min(ring.nchannels, tree.nchannels)
-    nchannels = min(MAXCHANNELS, 2 * search_channels)
+    nchannels = min(max_channels, 2 * search_channels)
     if sm >= 90 and nnodes > 1 and ring.bw_intra > 45.0 and nchannels < 16:
         nchannels *= 2  # "4 compute channels per search channel" on Hopper multi-node
     nvls_heads = nvls.nchannels if nvls is not None else 0
@@ -87,14 +90,16 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         intra_nvlink=ring.type_intra == PathType.NVL,
         bw_intra=ring.bw_intra, bw_inter=ring.bw_inter, nchannels=nchannels,
         tree_bw_intra=tree.bw_intra, tree_bw_inter=tree.bw_inter,
-        nvls_support=nvls_heads > 0, nvls_channels=_nvls_channels(sm, nnodes) if nvls_heads else 0,
+        nvls_support=nvls_heads > 0 and "nvls" in release.algorithms,  # NVLS from 2.17.1
+        nvls_channels=_nvls_channels(sm, nnodes) if nvls_heads else 0,
         collnet_support=collnet, cpu_vendor=vendor, nccl_version=nccl_version,
         graph_channels=search_channels, intra_path=ring.type_intra, inter_path=ring.type_inter,
         tree_pattern_split=tree.pattern == TREE, same_channels=ring.same_channels,
         nvls_graph_channels=nvls_heads,
         nvls_bw_intra=nvls.bw_intra if nvls else None, nvls_bw_inter=nvls.bw_inter if nvls else None,
         nvswitch=any(s.nvs is not None for s, *_ in per_host),
-        p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm),
+        p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm,
+                                            release.net_peer_channels),
     )
 
 
@@ -166,7 +171,8 @@ def _nvls_channels(sm: int, nnodes: int) -> int:
     return 16
 
 
-def _p2p_per_peer(systems: list[NodeSystem], nranks: int, nnodes: int, nchannels: int, sm: int) -> int:
+def _p2p_per_peer(systems: list[NodeSystem], nranks: int, nnodes: int, nchannels: int, sm: int,
+                  net_peer: int = 2) -> int:
     """``ncclTopoComputeP2pChannels``: the fewest channels any peer gets, as a power of two."""
     p2p_channels = min(nchannels, MAXCHANNELS)
     fewest = p2p_channels
@@ -180,7 +186,7 @@ def _p2p_per_peer(systems: list[NodeSystem], nranks: int, nnodes: int, nchannels
                 per_peer = 2 * max(1, int(path.bw / nvl)) if path and path.type == PathType.NVL else 2
                 fewest = min(fewest, per_peer)
     if nnodes > 1:
-        net = 2
+        net = net_peer  # NCCL_NCHANNELS_PER_NET_PEER (2; 1 before 2.12.7)
         while net * nranks > p2p_channels * 4 and net > 1:
             net //= 2
         fewest = min(fewest, net)

@@ -145,10 +145,11 @@ def algo_info(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int)
     if algo not in (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT):
         while nbytes < nc * nt * threshold and nt % 128 == 0:
             nt //= 2
+    f = tuner_constants(info.nccl_version).facts
     if proto is Proto.SIMPLE:
-        nt += {Algo.RING: WARP_SIZE, Algo.TREE: 4 * WARP_SIZE}.get(algo, 0)  # sync warps
-    nt = max(nt, 3 * WARP_SIZE)
-    if algo in (Algo.TREE, Algo.PAT):
+        nt += f.simple_sync_warps[algo.nccl_index] * WARP_SIZE  # sync / split-thread warps
+    nt = max(nt, f.min_warps * WARP_SIZE)
+    if algo in (Algo.TREE, Algo.PAT) and f.tree_all_threads:
         nt = MAX_NTHREADS
     return nc, nt
 
@@ -157,6 +158,8 @@ def channels_used(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: 
     """Channels ``scheduleCollTasksToPlan`` fills for a lone call with ``nc`` allowed."""
     if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN) or (algo is Algo.NVLS and info.nnodes > 1):
         return nc  # CollNet-style scheduling splits evenly over all channels
+    if not tuner_constants(info.nccl_version).facts.cell_scheduler:
+        return nc  # before 2.22 every channel getAlgoInfo kept takes nBytes / nChannels
     kind_max = info.nvls_channels if algo in (Algo.NVLS, Algo.NVLS_TREE) else info.nchannels
     nc = max(1, min(nc, kind_max))
     per_byte = {Op.ALLREDUCE: 2, Op.ALLGATHER: info.nranks, Op.REDUCESCATTER: info.nranks}.get(op, 1)
@@ -228,7 +231,7 @@ def chunk_size(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int
 def p2p_channels_per_peer(info: NcclCommInfo) -> int:
     """``comm->p2pnChannelsPerPeer``, from the field or a simple rule.
 
-    Rule: a network peer gets ``NCCL_NCHANNELS_PER_NET_PEER`` (default 2, halved while
+    Rule: a network peer gets ``NCCL_NCHANNELS_PER_NET_PEER`` (default 2, 1 before 2.12.7; halved while
     ``2 × nranks > 4 × p2pnChannels``); an NVLink peer gets the communicator's channels;
     a PCIe peer 2.  The per-peer count is the smallest over peers, rounded up to a power
     of two and capped by the p2p channels.
@@ -237,7 +240,7 @@ def p2p_channels_per_peer(info: NcclCommInfo) -> int:
     if info.p2p_channels_per_peer is not None:
         return min(info.p2p_channels_per_peer, p2p_channels)
     if info.nnodes > 1:
-        peer = 2
+        peer = tuner_constants(info.nccl_version).facts.net_peer_channels
         while peer * info.nranks > p2p_channels * 4 and peer > 1:
             peer //= 2
     else:
@@ -272,7 +275,8 @@ def _p2p_time(info: NcclCommInfo, op: Op, nbytes: int, nc: int) -> float:
 
 
 def _chunk_for(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int, nc: int, used: int) -> int:
-    if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
+    whole = not tuner_constants(info.nccl_version).facts.cell_scheduler  # before 2.22: one call, all channels
+    if whole or algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
         return chunk_size(info, op, algo, proto, nbytes, nc)
     return chunk_size(info, op, algo, proto, _ceil_div(nbytes, max(used, 1)), 1)
 

@@ -157,7 +157,7 @@ def test_blackwell_tables_follow_the_release():
     assert caps[(2, 27, 5)] == pytest.approx(min(12 * 20 * 0.92, 12 * 73.4) * 8 / 14)
     assert caps[(2, 30, 7)] == pytest.approx(min(12 * 20 * 0.92, 12 * 40.0) * 8 / 14)
     with pytest.raises(ValueError, match="predates"):
-        replace(A100, nccl_version=(2, 18, 1))
+        replace(A100, nccl_version=(2, 7, 8))
 
 
 def test_single_rank_fp8_and_p2p():
