@@ -64,7 +64,8 @@ def resolve(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
         if value is not None and value <= 0:
             raise CcltwinError(f"a forced {name} must be positive, got {value}")
     # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
-    info = replace(comm.nccl, algo_env=algo and str(algo), proto_env=proto and str(proto))
+    info = replace(comm.nccl, algo_env=str(algo) if algo else comm.nccl.algo_env,
+                   proto_env=str(proto) if proto else comm.nccl.proto_env)
     choice = nccl_choice(info, op, nbytes, dtype)
     config = Config(choice.algo, choice.proto, transport or Transport.P2P, nchannels or choice.nchannels,
                     nthreads or choice.nthreads, chunk_bytes or choice.chunk_bytes)

@@ -88,7 +88,7 @@ def test_every_model_has_every_fact():
 
 def test_arch_and_sm_version_agree():
     """Each architecture has its compute capability."""
-    sm_by_arch = {"volta": {70}, "ampere": {80, 86}, "ada": {89}, "hopper": {90}, "blackwell": {100}}
+    sm_by_arch = {"volta": {70}, "ampere": {80, 86}, "ada": {89}, "hopper": {90}, "blackwell": {100, 103}}
     for spec in GPUS.values():
         assert spec.sm_version in sm_by_arch[spec.arch], spec.model
 

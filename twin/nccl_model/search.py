@@ -58,6 +58,9 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
     sm = min(gpu_spec(graph.nodes[g]["model"]).sm_version for g in ranks)
     vendor = _cpu_vendor(graph)
     inter = len(hosts) > 1
+    # Between nodes, the NCCL settings the fabric's required vendor profile fixes (TCPX/TCPXO: Simple only).
+    env = cluster.fabric.env if inter else {}
+    nvls_enable = nvls_enable and env.get("NCCL_NVLS_ENABLE") != "0"
     per_host = []
     for host, gpus in hosts.items():
         key = (_host_signature(graph, host, gpus), inter, sm, vendor)
@@ -95,6 +98,8 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         nvls_bw_intra=nvls.bw_intra if nvls else None, nvls_bw_inter=nvls.bw_inter if nvls else None,
         nvswitch=any(s.nvs is not None for s, *_ in per_host),
         p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm),
+        algo_env=env.get("NCCL_ALGO"), proto_env=env.get("NCCL_PROTO"),
+        buffsize=int(env.get("NCCL_BUFFSIZE", 4 << 20)),
     )
 
 
