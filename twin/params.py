@@ -34,8 +34,8 @@ from typing import Any
 from traces.errors import CcltwinError
 from tuner.config import Proto
 
-__all__ = ["DEFAULT_PARAMS", "Compute", "Cta", "FabricTimes", "Fabrics", "IntraLink", "Links", "Network", "ParamsError", "ProtocolTimes",
-           "Protocols", "TwinParams"]
+__all__ = ["DEFAULT_PARAMS", "Compute", "Cta", "FabricTimes", "Fabrics", "IntraLink", "Links", "Network",
+           "ParamsError", "ProtocolTimes", "Protocols", "TwinParams"]
 
 
 class ParamsError(CcltwinError):

@@ -116,6 +116,8 @@ class ClusterSpec:
     fabric: FabricSpec | None = None
     description: str = ""
     extra_edges: tuple[ExtraEdge, ...] = ()
+    sources: tuple[str, ...] = ()
+    """Where the description's figures come from (data sheets, vendor pages), for ``topology list``."""
 
     @classmethod
     def from_dict(cls, data: Any, source: str) -> ClusterSpec:
@@ -252,6 +254,9 @@ def _describe(value: Any) -> str:
 def _parse(top: _Section) -> ClusterSpec:
     name = top.str("name", "")
     description = top.str("description", "")
+    sources = top.list("sources")
+    if not all(isinstance(v, str) for v in sources):
+        raise top.error(f"expected a list of strings, got {sources!r}", "sources")
     nodes = top.int("nodes", 1, low=1, high=MAX_GPUS)
     node = _parse_node(top.section("node", required=True))
     if nodes * node.gpus > MAX_GPUS:
@@ -263,7 +268,7 @@ def _parse(top: _Section) -> ClusterSpec:
                   for i, e in enumerate(top.list("extra_edges")))
     top.done()
     return ClusterSpec(name=name, description=description, nodes=nodes, node=node, fabric=fabric,
-                       extra_edges=extra)
+                       extra_edges=extra, sources=tuple(sources))
 
 
 def _parse_node(sec: _Section) -> NodeSpec:
@@ -421,6 +426,8 @@ def _is_int(value: Any) -> bool:
 def _dump(spec: ClusterSpec) -> dict[str, Any]:
     node = spec.node
     out: dict[str, Any] = {"name": spec.name, "description": spec.description, "nodes": spec.nodes}
+    if spec.sources:
+        out["sources"] = list(spec.sources)
     body: dict[str, Any] = {"gpu": node.gpu, "gpus": node.gpus}
     if node.nvswitch_links:
         body["nvlink"] = {"nvswitch": True, "links": node.nvswitch_links}
