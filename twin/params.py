@@ -171,12 +171,12 @@ class Fabrics:
     100 GbE Linux hosts, so 10 µs one way; each message is a ``send``/``recv`` system call on a
     helper thread woken by the proxy (``net_socket.cc``), a few µs; the kernel's copies hold a
     stream to about 3/4 of 100 Gb/s with NCCL's default 1-2 helper threads per NIC."""
-    gpudirect_tcpx: FabricTimes = FabricTimes(wire_us=10.0, message_us=6.0, efficiency=0.75)
-    """GPUDirect-TCPX: the host kernel still runs TCP (dma-buf zero copy to and from GPU memory), so
-    the wire is the socket's; per message the plugin polls its TX completions with a 1 µs sleep
-    (``NCCL_GPUDIRECTTCPX_TX_COMPLETION_NANOSLEEP=1000`` in Google's profile) and the receiver's
-    unpack kernel gathers the scattered payload pages: estimated 6 µs; Google quotes 800 Gb/s
-    over 4 × 200 Gb/s NICs on a3-high, about 3/4 of it reached by NCCL all-reduce."""
+    gpudirect_tcpx: FabricTimes = FabricTimes(wire_us=10.0, message_us=4.0, efficiency=0.75)
+    """GPUDirect-TCPX: the host kernel still runs TCP, only the payload skips host memory (dma-buf
+    zero copy out of GPU memory, header split into it), so wire and per-message system calls are
+    the socket's (``tcp``), the plugin polling its TX completions in 1 µs sleeps
+    (``NCCL_GPUDIRECTTCPX_TX_COMPLETION_NANOSLEEP=1000`` in Google's profile); Google quotes
+    800 Gb/s over 4 × 200 Gb/s NICs on a3-high, about 3/4 of it reached by NCCL all-reduce."""
     gpudirect_tcpxo: FabricTimes = FabricTimes(wire_us=6.0, message_us=3.0, efficiency=0.88)
     """GPUDirect-TCPXO: TCP offloaded to the NIC (Google's 'FasTrak' plugin, the RxDM receive
     daemon gone), estimated 6 µs one way, still several times RDMA's; per message the plugin's
