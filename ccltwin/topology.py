@@ -51,12 +51,15 @@ def import_(
     gpu_model: Annotated[str | None, typer.Option(help="GPU model if the file has none.")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="NIC line rate, Gb/s, if the file has none.")] = None,
     nvswitch: Annotated[bool, typer.Option(help="XML without <nvlink>: GPUs sit on an NVSwitch.")] = False,
+    fabric: Annotated[str | None, typer.Option(help="What the NICs speak: infiniband (default), roce, tcp, "
+                                               "gpudirect-tcpx, gpudirect-tcpxo, efa, slingshot.")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="YAML file (else stdout).")] = None,
 ) -> None:
     """Turn a real machine's description into the cluster YAML format."""
     if output is not None:
         check_writable(output, "cluster description")
-    yaml_text = dump_spec(import_spec(file, format, gpu_model=gpu_model, nic_gbps=nic_gbps, nvswitch=nvswitch))
+    yaml_text = dump_spec(import_spec(file, format, gpu_model=gpu_model, nic_gbps=nic_gbps, nvswitch=nvswitch,
+                                      fabric=fabric))
     if output is None:
         typer.echo(yaml_text, nl=False)
     else:

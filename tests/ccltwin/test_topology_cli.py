@@ -115,6 +115,18 @@ def test_import_nvidia_smi_writes_yaml_that_loads(tmp_path):
     assert cluster.name == "sglang-30401-h100"
 
 
+def test_import_takes_the_fabric_kind_the_files_do_not_say(tmp_path):
+    """--fabric sets what the imported NICs speak; an unknown kind exits 2 naming it, writing nothing."""
+    source = str(DATA / "nvidia-smi" / "sglang-30401-h100.txt")
+    out = tmp_path / "h100.yaml"
+    result = runner.invoke(app, ["import", source, "--nic-gbps", "200", "--fabric", "gpudirect-tcpxo", "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert load_cluster(out, nodes=2).fabric.name == "gpudirect-tcpxo"
+    bad = runner.invoke(app, ["import", source, "--fabric", "ethernet", "-o", str(tmp_path / "x.yaml")])
+    assert bad.exit_code == 2 and "unknown fabric kind 'ethernet' (known: infiniband, roce" in bad.stderr
+    assert not (tmp_path / "x.yaml").exists()
+
+
 def test_import_detects_xml_and_prints_to_stdout(tmp_path):
     """Without -o the YAML goes to stdout; --format auto recognises XML."""
     path = DATA / "nccl-xml" / "simai-topo_8A100_4CX6.xml"
