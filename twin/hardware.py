@@ -126,10 +126,10 @@ _GPUS = (
     # dense; price: CoreWeave's public GB200 NVL72 rate ($42 per 4-GPU instance-hour, 2025).
     GpuSpec("GB200", "blackwell", 100, 148, 8000, 50, 18, 5, 16, PeakTflops(80.0, 1250.0, 2500.0, 2500.0, 5000.0),
             10.50, (0x2941,), aliases=("gb200-nvl72", "b200-grace")),
-    # B300 / Blackwell Ultra (NVIDIA HGX B300 data sheet, per GPU = board figure / 8): 288 GB HBM3e
-    # at 8 TB/s, 18 NVLink5 links (1.8 TB/s bidirectional), PCIe Gen6; BF16 2.25, FP8 4.5 PFLOPS
-    # dense (Blackwell Ultra raises FP4, not these); no public list price yet: B200's; PCI id from
-    # pci.ids ("GB110 [B300 SXM6 AC]").
+    # B300 / Blackwell Ultra (NVIDIA HGX B300 data sheet, per GPU = board figure / 8; 160 SMs from
+    # NVIDIA's "Inside NVIDIA Blackwell Ultra" blog, 2025): 288 GB HBM3e at 8 TB/s, 18 NVLink5 links
+    # (1.8 TB/s bidirectional), PCIe Gen6; BF16 2.25, FP8 4.5 PFLOPS dense (Blackwell Ultra raises
+    # FP4, not these); no public list price yet: B200's; PCI id from pci.ids ("GB110 [B300 SXM6 AC]").
     GpuSpec("B300", "blackwell", 103, 160, 8000, 50, 18, 6, 16, PeakTflops(75.0, 1125.0, 2250.0, 2250.0, 4500.0),
             4.99, (0x3182,), aliases=("b300-sxm", "b300-sxm6-ac", "blackwell-ultra"), default_for_sm=True),
 )
