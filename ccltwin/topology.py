@@ -17,18 +17,16 @@ from ccltwin.cli import App
 from traces.trace_file import check_writable, write_atomic
 from twin.topology import dump_spec, list_presets, load_cluster
 from twin.topology.importer import TopologyFormat, import_spec
-from twin.topology.summary import format_summary, summarize
+from twin.topology.summary import format_preset, format_summary, preset_facts, summarize
 
 app = App(help="Cluster topologies: presets, YAML files, importers.", no_args_is_help=True)
 
 
 @app.command("list")
-def list_() -> None:
-    """The shipped presets."""
-    presets = list_presets()
-    width = max(len(name) for name, _ in presets)
-    for name, description in presets:
-        typer.echo(f"{name:<{width}}  {description}")
+def list_(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """The shipped presets, each with its GPU's data-sheet figures, its NICs and fabric kind, and sources."""
+    facts = [preset_facts(name) for name, _ in list_presets()]
+    typer.echo(json.dumps(facts, indent=2) if as_json else "\n".join(format_preset(f) for f in facts))
 
 
 @app.command()
@@ -53,12 +51,15 @@ def import_(
     gpu_model: Annotated[str | None, typer.Option(help="GPU model if the file has none.")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="NIC line rate, Gb/s, if the file has none.")] = None,
     nvswitch: Annotated[bool, typer.Option(help="XML without <nvlink>: GPUs sit on an NVSwitch.")] = False,
+    fabric: Annotated[str | None, typer.Option(help="What the NICs speak: infiniband (default), roce, tcp, "
+                                               "gpudirect-tcpx, gpudirect-tcpxo, efa, slingshot.")] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="YAML file (else stdout).")] = None,
 ) -> None:
     """Turn a real machine's description into the cluster YAML format."""
     if output is not None:
         check_writable(output, "cluster description")
-    yaml_text = dump_spec(import_spec(file, format, gpu_model=gpu_model, nic_gbps=nic_gbps, nvswitch=nvswitch))
+    yaml_text = dump_spec(import_spec(file, format, gpu_model=gpu_model, nic_gbps=nic_gbps, nvswitch=nvswitch,
+                                      fabric=fabric))
     if output is None:
         typer.echo(yaml_text, nl=False)
     else:

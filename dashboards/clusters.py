@@ -29,7 +29,8 @@ the GPU, or over PCIe only (no NVLink)."""
 
 def preset_for(description: str) -> str | None:
     """The preset whose GPU family (``H100``, ``A100``, ``L40S``...) a hardware description names,
-    the longest match first, then by name; ``None`` when none does.
+    the longest match first, then NVIDIA's own DGX/HGX servers before the cloud instances built
+    on the same GPU, then by name; ``None`` when none does.
 
     >>> preset_for("ABCI 2.0 Compute Node (A): 8x NVIDIA A100-SXM4-40GB per node")
     'dgx-a100'
@@ -39,8 +40,8 @@ def preset_for(description: str) -> str | None:
     for name, _ in list_presets():
         family = read_spec(name).node.gpu.split("-")[0].upper()
         if family in text:
-            matches.append((-len(family), name))
-    return min(matches)[1] if matches else None
+            matches.append((-len(family), not name.startswith(("dgx-", "hgx-")), name))
+    return min(matches)[-1] if matches else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -78,7 +78,8 @@ class GpuSpec:
         return float(self.nvlink_gbps * self.nvlinks)
 
 
-# Sources: NVIDIA data sheets (V100, A100, A40, RTX A6000, L40S, H100, H200, HGX B200).
+# Sources: NVIDIA data sheets (V100, A100, A40, RTX A6000, L40S, H100, H200, HGX B200, and those
+# named above the newer entries).
 # NVLink per link and direction: NVLink2/3/4 25 GB/s, NVLink5 50 GB/s, the GA102 bridge
 # (A40, RTX A6000) 14.0625 GB/s ("112.5 GB/s bidirectional" over 4 links).
 # Peak TFLOP/s are dense (half the "with sparsity" figure).  PCI ids from pci.ids.  Prices:
@@ -110,6 +111,27 @@ _GPUS = (
             3.79, (0x2335,), aliases=("h200", "h200-sxm", "h200-141gb")),
     GpuSpec("B200", "blackwell", 100, 148, 8000, 50, 18, 5, 16, PeakTflops(75.0, 1125.0, 2250.0, 2250.0, 4500.0),
             4.99, (0x2901,), default_for_sm=True),
+    # H100 NVL (NVIDIA H100 NVL data sheet): 94 GB HBM3 at 3.9 TB/s, a PCIe Gen5 card bridged in
+    # pairs by three NVLink bridges, 600 GB/s bidirectional (12 NVLink4 links); 835 TFLOPS BF16
+    # dense; price: H100 PCIe's (no separate public list price).
+    GpuSpec("H100-NVL", "hopper", 90, 132, 3900, 25, 12, 5, 16, PeakTflops(60.0, 417.5, 835.0, 835.0, 1670.0),
+            2.49, (0x2321,), aliases=("h100-nvl-94gb",)),
+    # GH200 Grace Hopper Superchip (NVIDIA GH200 data sheet): the H100 die with 96 GB HBM3 at
+    # 4 TB/s, 18 NVLink4 links (900 GB/s bidirectional), NVLink-C2C 900 GB/s to its Grace CPU;
+    # price: Lambda's public on-demand GH200 rate ($1.49/GPU-hour, 2024-25).
+    GpuSpec("GH200", "hopper", 90, 132, 4000, 25, 18, 5, 16, PeakTflops(67.0, 494.7, 989.4, 989.4, 1978.9),
+            1.49, (0x2342,), aliases=("gh200-96gb", "gh200-480gb", "grace-hopper")),
+    # GB200 (NVIDIA GB200 NVL72 data sheet, per GPU = rack figure / 72): 186 GB HBM3e at 8 TB/s,
+    # 18 NVLink5 links (1.8 TB/s bidirectional), FP32 80 TFLOPS, TF32 1.25, BF16 2.5, FP8 5 PFLOPS
+    # dense; price: CoreWeave's public GB200 NVL72 rate ($42 per 4-GPU instance-hour, 2025).
+    GpuSpec("GB200", "blackwell", 100, 148, 8000, 50, 18, 5, 16, PeakTflops(80.0, 1250.0, 2500.0, 2500.0, 5000.0),
+            10.50, (0x2941,), aliases=("gb200-nvl72", "b200-grace")),
+    # B300 / Blackwell Ultra (NVIDIA HGX B300 data sheet, per GPU = board figure / 8; 160 SMs from
+    # NVIDIA's "Inside NVIDIA Blackwell Ultra" blog, 2025): 288 GB HBM3e at 8 TB/s, 18 NVLink5 links
+    # (1.8 TB/s bidirectional), PCIe Gen6; BF16 2.25, FP8 4.5 PFLOPS dense (Blackwell Ultra raises
+    # FP4, not these); no public list price yet: B200's; PCI id from pci.ids ("GB110 [B300 SXM6 AC]").
+    GpuSpec("B300", "blackwell", 103, 160, 8000, 50, 18, 6, 16, PeakTflops(75.0, 1125.0, 2250.0, 2250.0, 4500.0),
+            4.99, (0x3182,), aliases=("b300-sxm", "b300-sxm6-ac", "blackwell-ultra"), default_for_sm=True),
 )
 GPUS: dict[str, GpuSpec] = {g.model: g for g in _GPUS}
 """Every known model by canonical name."""
@@ -202,3 +224,74 @@ def peak_tflops(gpu: GpuSpec, dtype: str = "bfloat16") -> float:
     if dtype not in _PEAK_FIELD:
         raise TopologyError(f"no peak FLOP rate for element type {dtype!r} (known: {', '.join(_PEAK_FIELD)})")
     return getattr(gpu.peak, _PEAK_FIELD[dtype])
+
+
+@dataclass(frozen=True)
+class FabricKind:
+    """What a cluster's NICs speak and how NCCL drives them: the structural facts of a fabric kind.
+
+    The kind's times and its share of line rate are parameters (``TwinParams.fabric``); what is
+    here does not get fitted: whether the NIC moves GPU memory itself, which NCCL network module
+    drives it, and the NCCL settings its vendor's profile fixes (which the twin's NCCL model
+    honours between nodes).
+    """
+
+    name: str
+    title: str
+    nccl_net: str
+    """NCCL's network module: the built-in ``IB`` or ``Socket`` transport, or a net plugin."""
+    gpudirect: bool
+    """The NIC reads and writes GPU memory (GPUDirect RDMA, or TCPX's dma-buf zero copy); False:
+    every byte is staged through host memory, crossing the CPU's root complex on both sides."""
+    nccl_env: tuple[tuple[str, str], ...] = ()
+    """NCCL variables the vendor's required profile sets (``NCCL_PROTO``, ``NCCL_ALGO``,
+    ``NCCL_BUFFSIZE``, ``NCCL_NVLS_ENABLE``)."""
+    sources: tuple[str, ...] = ()
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.nccl_env)
+
+
+_GOOGLE_TCPX = ("Google Cloud, 'Maximize GPU network bandwidth with GPUDirect-TCPX' and the "
+                "GoogleCloudPlatform/container-engine-accelerators gpudirect-tcpx nccl-config.yaml: "
+                "NCCL_ALGO=Ring, NCCL_PROTO=Simple, NCCL_BUFFSIZE=4194304, NCCL_NVLS_ENABLE=0",)
+_GOOGLE_TCPXO = ("Google Cloud, 'Maximize GPU network bandwidth with GPUDirect-TCPXO' (a3-mega) and its "
+                 "nccl-env-profile.sh (AI-Hypercomputer/gpu-recipes): NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple, "
+                 "NCCL_BUFFSIZE=8388608, NCCL_NVLS_ENABLE=0, plugin 'FasTrak' (libnccl-net.so)",)
+_FABRIC_KINDS = (
+    FabricKind("infiniband", "InfiniBand verbs (RDMA)", "IB", True,
+               sources=("NCCL src/transport/net_ib.cc", "NVIDIA perftest ib_write_lat, ConnectX-6/7")),
+    FabricKind("roce", "RoCE v2 (RDMA over Converged Ethernet)", "IB", True,
+               sources=("NCCL drives RoCE through its IB transport (NCCL_IB_GID_INDEX)",
+                        "IBTA RoCEv2 annex: Ethernet, IP and UDP headers around the IB transport")),
+    FabricKind("tcp", "TCP sockets (host-staged)", "Socket", False,
+               sources=("NCCL src/transport/net_socket.cc: host-memory buffers, helper threads "
+                        "(NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD)",)),
+    FabricKind("gpudirect-tcpx", "Google GPUDirect-TCPX (a3-high)", "GPUDirectTCPX plugin", True,
+               (("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "Simple"), ("NCCL_BUFFSIZE", "4194304"),
+                ("NCCL_NVLS_ENABLE", "0")), _GOOGLE_TCPX),
+    FabricKind("gpudirect-tcpxo", "Google GPUDirect-TCPXO (a3-mega)", "FasTrak plugin", True,
+               (("NCCL_ALGO", "Ring,Tree"), ("NCCL_PROTO", "Simple"), ("NCCL_BUFFSIZE", "8388608"),
+                ("NCCL_NVLS_ENABLE", "0")), _GOOGLE_TCPXO),
+    FabricKind("efa", "AWS Elastic Fabric Adapter (SRD, libfabric)", "aws-ofi-nccl plugin", True,
+               sources=("AWS, 'Elastic Fabric Adapter' (EC2 user guide): OS bypass, SRD, GPUDirect RDMA on p4d/p5",
+                        "aws/aws-ofi-nccl: the libfabric net plugin, RDMA protocol striping over the EFA rails")),
+    FabricKind("slingshot", "HPE Slingshot-11 (Cassini NIC, libfabric cxi)", "aws-ofi-nccl plugin (cxi)", True,
+               sources=("HPE Slingshot-11: Cassini 200 Gb/s NIC, Rosetta 64-port switch",
+                        "NERSC/CSCS docs: NCCL on Slingshot through aws-ofi-nccl with the cxi provider")),
+)
+FABRIC_KINDS: dict[str, FabricKind] = {k.name: k for k in _FABRIC_KINDS}
+"""Every known fabric kind by name; ``infiniband`` is the default."""
+DEFAULT_FABRIC_KIND = "infiniband"
+
+
+def fabric_kind(name: str) -> FabricKind:
+    """The fabric kind called ``name``.
+
+    >>> fabric_kind("gpudirect-tcpxo").env["NCCL_PROTO"], fabric_kind("tcp").gpudirect
+    ('Simple', False)
+    """
+    if name not in FABRIC_KINDS:
+        raise TopologyError(f"unknown fabric kind {name!r} (known: {', '.join(FABRIC_KINDS)})")
+    return FABRIC_KINDS[name]

@@ -24,6 +24,7 @@ GPUs' data-sheet figures (``twin.hardware``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -33,8 +34,8 @@ from typing import Any
 from traces.errors import CcltwinError
 from tuner.config import Proto
 
-__all__ = ["DEFAULT_PARAMS", "Compute", "Cta", "IntraLink", "Links", "Network", "ParamsError", "ProtocolTimes",
-           "Protocols", "TwinParams"]
+__all__ = ["DEFAULT_PARAMS", "Compute", "Cta", "FabricTimes", "Fabrics", "IntraLink", "Links", "Network",
+           "ParamsError", "ProtocolTimes", "Protocols", "TwinParams"]
 
 
 class ParamsError(CcltwinError):
@@ -128,10 +129,73 @@ class Network:
     NCCL's ``getNetOverhead``."""
     proxy_action_amd_us: float = _param(2.0, "µs", 0.0, 50.0)
     """One proxy action on AMD CPUs: NCCL's ``getNetOverhead``."""
+    message_us: float = _param(0.0, "µs", 0.0, 200.0)
+    """CPU time a network message costs its proxy beyond ``getNetOverhead``: none with IB verbs,
+    whose NIC runs the transport; other fabric kinds set it (``fabric.<kind>.message_us``)."""
 
     def proxy_action_us(self, cpu_vendor: str) -> float:
         """CPU time of one proxy action on this vendor's CPUs (others take Intel's, as NCCL does)."""
-        return self.proxy_action_amd_us if cpu_vendor == "amd" else self.proxy_action_intel_us
+        return (self.proxy_action_amd_us if cpu_vendor == "amd" else self.proxy_action_intel_us) + self.message_us
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FabricTimes:
+    """What a fabric kind changes in a network step against InfiniBand verbs (``net``): the NIC to
+    NIC latency, the software cost of each message on each side, and the share of line rate."""
+
+    wire_us: float = _param(1.1, "µs", 0.0, 200.0)
+    """A small message NIC to NIC, no switch, including the transport stack that runs it."""
+    message_us: float = _param(0.0, "µs", 0.0, 200.0)
+    """CPU time each network message costs its proxy beyond NCCL's own ``getNetOverhead``: the
+    plugin's or the kernel's work per send and per receive."""
+    efficiency: float = _param(0.92, "fraction", 0.05, 1.0)
+    """Share of the NIC's line rate left for payload."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fabrics:
+    """The fabric kinds other than InfiniBand, whose figures are ``net``'s (``twin.hardware``
+    lists the kinds; ``TwinParams.on_fabric`` puts a kind's figures in ``net``'s place).
+
+    Sources: vendor and plugin documents and published microbenchmarks, named per kind; where
+    only a range is published the figure is its middle, and says so.
+    """
+
+    roce: FabricTimes = FabricTimes(wire_us=1.6, message_us=0.0, efficiency=0.91)
+    """RoCE v2 on ConnectX-6 Dx/7: perftest ``ib_write_lat`` about 1.5-1.7 µs back to back against
+    1.1 µs on IB (the Ethernet MAC, PHY and FEC); the same verbs, so no extra message cost;
+    per 4 KiB packet RoCE carries 82 bytes of preamble, gap, Ethernet, IP, UDP, BTH and ICRC where
+    IB carries 26 (IBTA RoCEv2 annex), 0.987 of IB's payload share: 0.92 × 0.987."""
+    tcp: FabricTimes = FabricTimes(wire_us=10.0, message_us=4.0, efficiency=0.75)
+    """Kernel TCP sockets (NCCL's Socket transport): about 20 µs ``netperf TCP_RR`` round trip on
+    100 GbE Linux hosts, so 10 µs one way; each message is a ``send``/``recv`` system call on a
+    helper thread woken by the proxy (``net_socket.cc``), a few µs; the kernel's copies hold a
+    stream to about 3/4 of 100 Gb/s with NCCL's default 1-2 helper threads per NIC."""
+    gpudirect_tcpx: FabricTimes = FabricTimes(wire_us=10.0, message_us=4.0, efficiency=0.75)
+    """GPUDirect-TCPX: the host kernel still runs TCP, only the payload skips host memory (dma-buf
+    zero copy out of GPU memory, header split into it), so wire and per-message system calls are
+    the socket's (``tcp``), the plugin polling its TX completions in 1 µs sleeps
+    (``NCCL_GPUDIRECTTCPX_TX_COMPLETION_NANOSLEEP=1000`` in Google's profile); Google quotes
+    800 Gb/s over 4 × 200 Gb/s NICs on a3-high, about 3/4 of it reached by NCCL all-reduce."""
+    gpudirect_tcpxo: FabricTimes = FabricTimes(wire_us=6.0, message_us=3.0, efficiency=0.88)
+    """GPUDirect-TCPXO: TCP offloaded to the NIC (Google's 'FasTrak' plugin, the RxDM receive
+    daemon gone), estimated 6 µs one way, still several times RDMA's; per message the plugin's
+    flow bookkeeping (``NCCL_FASTRAK_NUM_FLOWS=2``), estimated 3 µs; 8 × 200 Gb/s on a3-mega, where
+    Google's health checks expect about 90 % of line rate (``BANDWIDTH_THRESHOLD=90``)."""
+    efa: FabricTimes = FabricTimes(wire_us=12.0, message_us=1.5, efficiency=0.85)
+    """AWS EFA (SRD, libfabric ``efa`` provider, aws-ofi-nccl): published small-message latencies of
+    about 10-15 µs (AWS HPC blog 'Second generation EFA', 2022; Shalev et al., 'A cloud-optimized
+    transport protocol for elastic and scalable HPC', IEEE Micro 2020), 12 µs; libfabric's
+    completion-queue work per message, 1.5 µs; SRD sprays packets over many paths, and NCCL
+    all-reduce on p5 reaches about 85 % of 3,200 Gb/s."""
+    slingshot: FabricTimes = FabricTimes(wire_us=2.0, message_us=1.0, efficiency=0.90)
+    """HPE Slingshot-11 (Cassini NIC, Rosetta switch, libfabric ``cxi``): about 2 µs MPI
+    ``osu_latency`` between nodes (Perlmutter and Frontier reports); aws-ofi-nccl over ``cxi``,
+    about 1 µs per message; ``osu_bw`` about 23 of 25 GB/s (200 Gb/s), 0.9."""
+
+    def of(self, kind: str) -> FabricTimes:
+        """The figures of fabric kind ``kind`` (a ``twin.hardware`` name, e.g. ``gpudirect-tcpxo``)."""
+        return getattr(self, kind.replace("-", "_"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -212,6 +276,7 @@ class TwinParams:
 
     link: Links = Links()
     net: Network = Network()
+    fabric: Fabrics = Fabrics()
     protocol: Protocols = Protocols()
     cta: Cta = Cta()
     compute: Compute = Compute()
@@ -219,6 +284,21 @@ class TwinParams:
     def __post_init__(self) -> None:
         for name, value in _leaves(self):
             _check_value(name, value)
+
+    def on_fabric(self, kind: str) -> TwinParams:
+        """These parameters as a cluster of fabric ``kind`` sees them: ``net`` (InfiniBand's) takes
+        the kind's wire latency, share of line rate and per-message proxy cost.
+
+        >>> p = DEFAULT_PARAMS.on_fabric("roce")
+        >>> p.net.nic_rdma_write_us, p.net.efficiency, DEFAULT_PARAMS.on_fabric("infiniband") is DEFAULT_PARAMS
+        (1.6, 0.91, True)
+        """
+        if kind == "infiniband":
+            return self
+        times = self.fabric.of(kind)
+        net = dataclasses.replace(self.net, nic_rdma_write_us=times.wire_us, efficiency=times.efficiency,
+                                  message_us=times.message_us)
+        return dataclasses.replace(self, net=net)
 
     def to_dict(self) -> dict[str, float]:
         """Every parameter by dotted name, in declaration order."""

@@ -66,7 +66,8 @@ def resolve(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
             raise CcltwinError(f"a forced {name} must be positive, got {value}")
     # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
     version = comm.nccl.nccl_version
-    info = replace(comm.nccl, algo_env=algo and env_name(algo, version), proto_env=proto and str(proto))
+    info = replace(comm.nccl, algo_env=env_name(algo, version) if algo else comm.nccl.algo_env,
+                   proto_env=str(proto) if proto else comm.nccl.proto_env)
     choice = nccl_choice(info, op, nbytes, dtype)
     config = Config(choice.algo, choice.proto, transport or Transport.P2P, nchannels or choice.nchannels,
                     nthreads or choice.nthreads, chunk_bytes or choice.chunk_bytes)

@@ -1,26 +1,61 @@
 """``ccltwin topology`` (ccltwin/topology.py) through typer's CliRunner."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import networkx as nx
 from typer.testing import CliRunner
 
 from ccltwin.topology import app
-from twin.topology import import_nccl_topo_xml, load_cluster
+from twin.topology import dump_spec, import_nccl_topo_xml, list_presets, load_cluster, read_spec
 
 DATA = Path(__file__).parents[1] / "data" / "topology"
 runner = CliRunner()
 
 
 def test_list_prints_every_preset_with_its_description():
-    """One line per preset: name, then description."""
+    """One unindented line per preset: name, then description; its figures indented below."""
     result = runner.invoke(app, ["list"])
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == [
-        "a40-nvlink-pairs", "a40-pcie", "dgx-a100", "dgx-h100", "hgx-h200", "l40s-pcie"]
+    assert [line.split()[0] for line in lines if not line.startswith(" ")] == [
+        name for name, _ in list_presets()]
+    assert {"a40-nvlink-pairs", "a40-pcie", "dgx-a100", "dgx-h100", "hgx-h200", "l40s-pcie", "gcp-a3-mega",
+            "gb200-nvl72", "aws-p5"} <= {line.split()[0] for line in lines if not line.startswith(" ")}
     assert "8x H100-SXM5-80GB" in result.stdout
+
+
+def test_list_shows_data_sheet_figures_fabric_and_sources():
+    """Each preset's GPU figures (SMs, HBM, dense peaks, NVLink, price), NICs and fabric kind, and
+    the sources of its figures; --json carries the same facts."""
+    out = runner.invoke(app, ["list"]).stdout
+    block = out[out.index("gcp-a3-mega "):out.index("gcp-a3-ultra ")]
+    assert "132 SMs, HBM 3,350 GB/s" in block and "BF16 989.4" in block and "NVLink 18 x 25 = 450 GB/s" in block
+    assert "NICs 8 x 200 Gb/s, fabric gpudirect-tcpxo" in block and "source: Google Cloud" in block
+    facts = {f["name"]: f for f in json.loads(runner.invoke(app, ["list", "--json"]).stdout)}
+    assert facts["gb200-nvl72"]["gpu"]["nvlink_gbps"] == 900.0 and facts["gb200-nvl72"]["gpus_per_node"] == 72
+    assert facts["aws-p5"]["fabric_kind"] == "efa" and facts["aws-p5"]["sources"]
+    assert all(f["sources"] for f in facts.values())
+
+
+def test_show_prints_the_fabric_kind(tmp_path):
+    """show names the NICs' kind, NCCL's network module and the vendor profile between nodes."""
+    out = runner.invoke(app, ["show", "gcp-a3-mega", "--nodes", "2"]).stdout
+    assert "NIC kind   gpudirect-tcpxo: Google GPUDirect-TCPXO (a3-mega), NCCL net FasTrak plugin, GPUDirect" in out
+    assert "NCCL_PROTO=Simple" in out
+    assert "NIC kind   infiniband: InfiniBand verbs (RDMA)" in runner.invoke(app, ["show", "dgx-h100"]).stdout
+    spec = read_spec("dgx-h100")
+    tcp = tmp_path / "tcp.yaml"
+    tcp.write_text(dump_spec(replace(spec, fabric=replace(spec.fabric, kind="tcp"))))
+    shown = runner.invoke(app, ["show", str(tcp)]).stdout
+    assert "tcp: TCP sockets (host-staged), NCCL net Socket, host-staged" in shown
+    assert json.loads(runner.invoke(app, ["show", "gh200-slingshot", "--json"]).stdout)["fabric_kind"] == "slingshot"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(tcp.read_text().replace("kind: tcp", "kind: token-ring"))
+    result = runner.invoke(app, ["show", str(bad)])
+    assert result.exit_code == 2 and f"{bad}: fabric.kind: unknown fabric kind 'token-ring'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_show_prints_the_summary():
@@ -78,6 +113,18 @@ def test_import_nvidia_smi_writes_yaml_that_loads(tmp_path):
     cluster = load_cluster(out, nodes=2)
     assert (cluster.gpu_model, cluster.nodes, cluster.nics_per_node) == ("H100-SXM5-80GB", 2, 8)
     assert cluster.name == "sglang-30401-h100"
+
+
+def test_import_takes_the_fabric_kind_the_files_do_not_say(tmp_path):
+    """--fabric sets what the imported NICs speak; an unknown kind exits 2 naming it, writing nothing."""
+    source = str(DATA / "nvidia-smi" / "sglang-30401-h100.txt")
+    out = tmp_path / "h100.yaml"
+    result = runner.invoke(app, ["import", source, "--nic-gbps", "200", "--fabric", "gpudirect-tcpxo", "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert load_cluster(out, nodes=2).fabric.name == "gpudirect-tcpxo"
+    bad = runner.invoke(app, ["import", source, "--fabric", "ethernet", "-o", str(tmp_path / "x.yaml")])
+    assert bad.exit_code == 2 and "unknown fabric kind 'ethernet' (known: infiniband, roce" in bad.stderr
+    assert not (tmp_path / "x.yaml").exists()
 
 
 def test_import_detects_xml_and_prints_to_stdout(tmp_path):

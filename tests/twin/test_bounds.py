@@ -59,7 +59,7 @@ def test_price_chunk_and_nccl_version_are_checked(tmp_path):
     trace = tmp_path / "job.json"
     save_trace(read_flight_recorder(sorted((DATA / "traces" / "flight-recorder").glob("*.json"))), trace)
     refused(["whatif", "--trace", str(trace), "--topology", "l40s-pcie", "--price-per-gpu-hour", "nan"],
-            "price per GPU-hour must be a finite number", "nan")
+            "price per GPU-hour must be a number from 0 to 10,000 USD", "nan")
     refused(["simulate", "--topology", "dgx-a100", "--op", "allreduce", "--nranks", "8", "--sizes", "1MiB",
              "--chunk", "0"], "chunk size must be positive, got 0")
     plan = tmp_path / "plan.json"

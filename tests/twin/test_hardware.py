@@ -9,9 +9,11 @@ import pytest
 import twin.hardware
 from twin.hardware import (
     DEFAULT_MODEL_BY_SM,
+    FABRIC_KINDS,
     GPUS,
     GpuSpec,
     TopologyError,
+    fabric_kind,
     gpu_for_pci_device,
     gpu_spec,
     pcie_gbps,
@@ -55,6 +57,8 @@ def test_topology_error_is_a_value_error():
 @pytest.mark.parametrize(("model", "links", "total"), [
     ("V100-SXM2-32GB", 6, 150.0), ("A100-SXM4-40GB", 12, 300.0), ("H100-SXM5-80GB", 18, 450.0),
     ("H200-SXM-141GB", 18, 450.0), ("A40", 4, 56.25), ("L40S", 0, 0.0), ("B200", 18, 900.0),
+    ("B300", 18, 900.0), ("GB200", 18, 900.0), ("GH200", 18, 450.0), ("H100-NVL", 12, 300.0),
+    ("H100-PCIE", 12, 300.0),
 ])
 def test_nvlink_counts_and_totals_follow_the_data_sheets(model, links, total):
     """NVLink links per GPU and GB/s per direction in total (e.g. H100: 18 × 25 = 450)."""
@@ -88,7 +92,7 @@ def test_every_model_has_every_fact():
 
 def test_arch_and_sm_version_agree():
     """Each architecture has its compute capability."""
-    sm_by_arch = {"volta": {70}, "ampere": {80, 86}, "ada": {89}, "hopper": {90}, "blackwell": {100}}
+    sm_by_arch = {"volta": {70}, "ampere": {80, 86}, "ada": {89}, "hopper": {90}, "blackwell": {100, 103}}
     for spec in GPUS.values():
         assert spec.sm_version in sm_by_arch[spec.arch], spec.model
 
@@ -128,3 +132,36 @@ def test_socket_link_gbps_follows_nccls_constants():
 def test_docstring_examples_run():
     """The examples in twin/hardware.py's docstrings hold."""
     assert doctest.testmod(twin.hardware).failed == 0
+
+
+@pytest.mark.parametrize(("name", "model"), [
+    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA GB200", "GB200"),
+    ("NVIDIA B300 SXM6 AC", "B300"), ("b300", "B300"),
+])
+def test_2026_machines_resolve_by_what_nvidia_smi_prints(name, model):
+    """The Blackwell and Grace machines resolve by the names nvidia-smi prints for them."""
+    assert gpu_spec(name).model == model
+
+
+def test_newer_gpus_carry_their_data_sheet_figures():
+    """HBM and dense BF16 rise from H100 NVL to GH200 to Blackwell; GB200 runs faster than B200 (its
+    NVL72 power budget); B300 is sm_103 on PCIe Gen6; A100 80 GB differs from 40 GB only in HBM."""
+    nvl, gh, gb, b200, b300 = (gpu_spec(m) for m in ("H100-NVL", "GH200", "GB200", "B200", "B300"))
+    assert nvl.hbm_gbps < gh.hbm_gbps < gb.hbm_gbps == b200.hbm_gbps == b300.hbm_gbps == 8000
+    assert nvl.peak.bfloat16 < gh.peak.bfloat16 < b200.peak.bfloat16 < gb.peak.bfloat16
+    assert (b300.sm_version, b300.pcie_gen, b300.sm_count) == (103, 6, 160)
+    a40, a80 = gpu_spec("A100-SXM4-40GB"), gpu_spec("A100-SXM4-80GB")
+    assert (a40.hbm_gbps, a80.hbm_gbps) == (1555, 2039) and a40.peak == a80.peak
+
+
+def test_fabric_kinds_say_how_nccl_drives_them():
+    """Every kind has a title, NCCL module and sources; TCP alone is host-staged; Google's plugins
+    fix NCCL_PROTO=Simple; an unknown kind lists the known ones."""
+    assert set(FABRIC_KINDS) == {"infiniband", "roce", "tcp", "gpudirect-tcpx", "gpudirect-tcpxo", "efa",
+                                 "slingshot"}
+    assert all(k.title and k.nccl_net and k.sources for k in FABRIC_KINDS.values())
+    assert [k.name for k in FABRIC_KINDS.values() if not k.gpudirect] == ["tcp"]
+    assert {k.name for k in FABRIC_KINDS.values() if k.env.get("NCCL_PROTO") == "Simple"} == {
+        "gpudirect-tcpx", "gpudirect-tcpxo"}
+    with pytest.raises(TopologyError, match=r"^unknown fabric kind 'omnipath' \(known: infiniband, roce, tcp, "):
+        fabric_kind("omnipath")

@@ -28,7 +28,7 @@ from tuner.config import Algo, Config, Proto, Transport
 from tuner.space import ConfigSpace
 from twin.des import CollectiveRun, simulate
 from twin.executor import TwinExecutor
-from twin.hardware import gpu_spec
+from twin.hardware import FABRIC_KINDS, gpu_spec
 from twin.model.schedule import Unsupported
 from twin.params import DEFAULT_PARAMS, Cta, ParamsError, TwinParams
 from twin.placement import Communicator, Placement
@@ -215,6 +215,12 @@ def probe(params: TwinParams) -> dict[str, float]:
         out[f"net small {proto}"] = _time(two, ar, 64 << 10, ring, proto)
         out[f"net tree {proto}"] = _time(two, ar, 64 << 10, tree, proto)
     out["net large"] = _time(two, ag, 1 << 30, ring, simple, 32)
+    for kind in FABRIC_KINDS:  # one GPU per node on each fabric kind (TwinParams.fabric)
+        spec = read_spec("dgx-h100")
+        spec = replace(spec, nodes=2, fabric=replace(spec.fabric, kind=kind)).with_overrides(nic_gbps=100)
+        pair = Communicator.first(build_cluster(spec).subset(gpus_per_node=1), params=params)
+        out[f"{kind} small"] = _time(pair, ar, 64 << 10, ring, simple, 1)
+        out[f"{kind} large"] = _time(pair, ar, 256 << 20, ring, simple, 2)
     amd = Communicator.first(load_cluster("dgx-a100", nodes=2), params=params)
     out["amd proxy"] = _time(amd, ar, 64 << 10, ring, simple)
     pcie = Communicator.first(load_cluster("l40s-pcie"), params=params)
@@ -236,9 +242,12 @@ def probe(params: TwinParams) -> dict[str, float]:
 
 
 def moved(name: str) -> float:
-    """A value of parameter ``name`` inside its range, 20% away from its default."""
+    """A value of parameter ``name`` inside its range, 20% away from its default (1% of the range
+    above a default of zero)."""
     low, high = TwinParams.bounds()[name]
     default = DEFAULT_PARAMS.to_dict()[name]
+    if default == 0:
+        return low + 0.01 * (high - low)
     return default * 0.8 if default * 0.8 >= low else min(default * 1.2, high)
 
 
@@ -317,7 +326,7 @@ def test_names_bounds_and_units_cover_every_parameter():
     """Each parameter has a dotted name, a unit and a range that holds its default."""
     values = DEFAULT_PARAMS.to_dict()
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
-    assert len(values) == 39
+    assert len(values) == 58
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

@@ -41,8 +41,11 @@ PRIOR_SIGMA = math.log(1.5)
 """The Gaussian prior's width in ``x = log(value / prior)``: 50 % is one sigma."""
 
 NOT_FITTED = ("link.nvlink.header_bytes", "link.pcie.header_bytes", "link.cpu.header_bytes",
-              "compute.flops_fraction", "compute.hbm_fraction", "compute.min_speed")
-"""Constants ``calibrate`` leaves alone unless asked by name (see the module docstring)."""
+              "compute.flops_fraction", "compute.hbm_fraction", "compute.min_speed", "net.message_us",
+              *(name for name in TwinParams.bounds() if name.startswith("fabric.")))
+"""Constants ``calibrate`` leaves alone unless asked by name (see the module docstring).  The fabric
+kinds' figures (``fabric.<kind>.*``, which ``net.*`` takes on a cluster of that kind, and the
+per-message cost, 0 on InfiniBand) are fitted by name on a cluster of that kind."""
 
 DEFAULT_FREE = tuple(name for name in TwinParams.bounds() if name not in NOT_FITTED)
 """What ``calibrate`` may move: latencies and efficiencies per link kind and protocol, the CTA

@@ -156,7 +156,8 @@ class CommGeometry:
     """The ranks of one communicator on a cluster, with the transport NCCL uses inside nodes.
 
     ``params`` are the physical constants every share, latency and schedule of the communicator
-    is computed with (its caches hold results for them only).
+    is computed with (its caches hold results for them only), as the cluster's fabric kind sees
+    them (``TwinParams.on_fabric``).
     """
 
     def __init__(self, cluster: Cluster, ranks: list[str] | None = None, transport: Transport = Transport.P2P, *,
@@ -164,7 +165,7 @@ class CommGeometry:
         self.cluster = cluster
         self.ranks = list(ranks) if ranks is not None else cluster.gpus()
         self.transport = transport
-        self.params = params
+        self.params = params.on_fabric(cluster.fabric.name)
         self._by_host: dict[int, list[str]] = {}
         for gpu in self.ranks:
             self._by_host.setdefault(cluster.host_of(gpu), []).append(gpu)
@@ -183,12 +184,13 @@ class CommGeometry:
         self._latencies: dict[tuple[str, Proto], float] = {}
 
     def with_params(self, params: TwinParams) -> CommGeometry:
-        """The same ranks with other physical constants: routes, rings, trees and link loads
+        """The same ranks with other physical constants (as its fabric kind sees them,
+        ``TwinParams.on_fabric``): routes, rings, trees and link loads
         (which no constant changes) are shared with this geometry, shares and latencies are
         worked out again.  A calibration evaluates one communicator under many parameter sets."""
         other = object.__new__(CommGeometry)
         other.__dict__.update(self.__dict__)
-        other.params = params
+        other.params = params.on_fabric(self.cluster.fabric.name)
         other._shares, other._latencies = {}, {}
         return other
 

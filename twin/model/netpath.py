@@ -36,6 +36,16 @@ Component times come from public measurements, not from the nccl-tests files:
   ``src/proxy.cc``) once per pass, a system call of about a µs, so half a pass on average.
 
 Those times are parameters (``TwinParams.net``); the proxy's actions per step are NCCL's.
+
+Other fabric kinds than InfiniBand (``twin.hardware.FABRIC_KINDS``: RoCE, TCP sockets, Google's
+GPUDirect-TCPX/TCPXO, AWS EFA, HPE Slingshot) change three things, and this module costs them
+all through the same path: the NIC-to-NIC time (``nic_rdma_write_us``: 1.6 µs for RoCE, 6-12 µs
+for TCP offload, EFA's SRD and kernel TCP), the share of line rate (``efficiency``), and the CPU
+time of each network message beyond ``getNetOverhead`` (``message_us``, added to every proxy
+action: a socket's system calls, libfabric's completion queues).  ``TwinParams.on_fabric`` puts a
+kind's figures (``TwinParams.fabric``, sourced there) in ``net``'s place for every communicator of
+a cluster of that kind.  A kind without GPUDirect (TCP) routes its bytes through host memory
+(``Cluster.route``), so ``gdr_send``/``gdr_recv`` are false below and the flow crosses both CPUs.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 from dataclasses import dataclass, field
 
 from twin.nccl_model.constants import MAX_NVLS_ARITY
@@ -67,9 +68,19 @@ def speeds(sm_version: int, inter: bool) -> tuple[float, ...]:
     return (SPEED_INTER if inter else SPEED_INTRA)[key]
 
 
+_FRAMES_PER_GPU = 40
+"""Python frames the recursive search uses per GPU of a channel (a 72-GPU NVLink domain, GB200
+NVL72, goes about 2,900 deep; NCCL's C recursion has no such limit)."""
+
+
 def compute(system: NodeSystem, pattern: str, min_channels: int, max_channels: int) -> Graph:
     """``ncclTopoCompute`` for one pattern on one host."""
-    return _Search(system).compute(Graph(pattern, min_channels, max_channels))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 1000 + _FRAMES_PER_GPU * len(system.gpus)))
+    try:
+        return _Search(system).compute(Graph(pattern, min_channels, max_channels))
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 class _Search:

@@ -61,6 +61,9 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
     inter = len(hosts) > 1
     release = facts(nccl_version)
     max_channels = release.max_channels  # MAXCHANNELS: 32 before 2.25, 64 after
+    # Between nodes, the NCCL settings the fabric's required vendor profile fixes (TCPX/TCPXO: Simple only).
+    env = cluster.fabric.env if inter else {}
+    nvls_enable = nvls_enable and env.get("NCCL_NVLS_ENABLE") != "0"
     per_host = []
     for host, gpus in hosts.items():
         key = (_host_signature(graph, host, gpus), inter, sm, vendor, max_channels)
@@ -100,6 +103,8 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         nvswitch=any(s.nvs is not None for s, *_ in per_host),
         p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm,
                                             release.net_peer_channels),
+        algo_env=env.get("NCCL_ALGO"), proto_env=env.get("NCCL_PROTO"),
+        buffsize=int(env.get("NCCL_BUFFSIZE", 4 << 20)),
     )
 
 

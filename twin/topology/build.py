@@ -1,7 +1,8 @@
 """Turn a ``ClusterSpec`` into the cluster graph: nodes, PCIe trees, NVLinks, the fabric.
 
 Two DGX H100 nodes become 2 × (8 GPUs, 1 NVSwitch, 8 PCIe switches, 2 CPUs, 8 NICs) plus
-8 leaves (one per rail) and the spines above them.  Leaf–spine links are bundles sized
+8 leaves (one per rail) and the spines above them.  Every NIC carries its fabric kind
+(``fabric``: ``infiniband`` unless the description says otherwise).  Leaf–spine links are bundles sized
 so that each leaf's uplink matches its downlink divided by the oversubscription.
 """
 
@@ -11,7 +12,7 @@ import math
 
 import networkx as nx
 
-from twin.hardware import TopologyError, gpu_spec, pcie_gbps
+from twin.hardware import DEFAULT_FABRIC_KIND, TopologyError, gpu_spec, pcie_gbps
 from twin.topology.cluster import Cluster
 from twin.topology.graph import CPU, CPU_LINK, GPU, NET, NIC, NVLINK, NVSWITCH, PCIE, PCIE_SWITCH, SWITCH
 from twin.topology.spec import ClusterSpec, NodeSpec, PcieGroup
@@ -24,8 +25,9 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
 
 def build_graph(spec: ClusterSpec) -> nx.Graph:
     graph = nx.Graph()
+    kind = spec.fabric.kind if spec.fabric is not None else DEFAULT_FABRIC_KIND
     for host in range(spec.nodes):
-        _add_node(graph, spec.node, host)
+        _add_node(graph, spec.node, host, kind)
     if spec.fabric is not None and spec.node.nics:
         _add_fabric(graph, spec)
     for edge in spec.extra_edges:
@@ -36,7 +38,7 @@ def build_graph(spec: ClusterSpec) -> nx.Graph:
     return graph
 
 
-def _add_node(graph: nx.Graph, node: NodeSpec, host: int) -> None:
+def _add_node(graph: nx.Graph, node: NodeSpec, host: int, fabric: str) -> None:
     spec = gpu_spec(node.gpu)
     lat = node.latency_us
     prefix = f"n{host}/"
@@ -53,7 +55,7 @@ def _add_node(graph: nx.Graph, node: NodeSpec, host: int) -> None:
     for i in range(node.gpus):
         graph.add_node(f"{prefix}gpu{i}", kind=GPU, host=host, local=i, model=spec.model)
     for k, gbps in enumerate(node.nic_gbps):
-        graph.add_node(f"{prefix}nic{k}", kind=NIC, host=host, local=k, gbps=gbps)
+        graph.add_node(f"{prefix}nic{k}", kind=NIC, host=host, local=k, gbps=gbps, fabric=fabric)
 
     def attach(parent: str, group: PcieGroup) -> None:
         for i in group.gpus:

@@ -18,7 +18,7 @@ from itertools import pairwise
 import networkx as nx
 
 from tuner.identity import cluster_identity
-from twin.hardware import GpuSpec, TopologyError, gpu_spec
+from twin.hardware import DEFAULT_FABRIC_KIND, FabricKind, GpuSpec, TopologyError, fabric_kind, gpu_spec
 from twin.topology.graph import (
     CPU,
     CPU_LINK,
@@ -134,6 +134,13 @@ class Cluster:
         return gpu_spec(self.gpu_model)
 
     @property
+    def fabric(self) -> FabricKind:
+        """What the NICs speak (``twin.hardware.FABRIC_KINDS``; InfiniBand when not described)."""
+        nics = self._by_kind.get(NIC, [])
+        return fabric_kind(self.graph.nodes[nics[0]].get("fabric", DEFAULT_FABRIC_KIND) if nics
+                           else DEFAULT_FABRIC_KIND)
+
+    @property
     def cpu_vendor(self) -> str:
         """The CPU vendor of the first socket (``unknown`` when not described)."""
         cpus = self._by_kind.get(CPU, [])
@@ -209,9 +216,23 @@ class Cluster:
         """
         key = ("nics", f"{src_gpu}>{nic_src}", f"{nic_dst}>{dst_gpu}")
         if key not in self._routes:
-            self._routes[key] = self._hops(self._send_path(src_gpu, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
-                                           + self._pcie_path(nic_dst, dst_gpu)[1:])
+            self._routes[key] = self._hops(self._to_nic(src_gpu, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
+                                           + self._from_nic(nic_dst, dst_gpu)[1:])
         return list(self._routes[key])
+
+    def _to_nic(self, gpu: str, nic: str) -> list[str]:
+        """The bytes' way from ``gpu`` to ``nic``: straight over PCIe (or PXN) when the fabric's NIC
+        moves GPU memory, else staged in the memory of the GPU's CPU (NCCL's Socket transport),
+        crossing that CPU's root complex."""
+        return self._send_path(gpu, nic) if self.fabric.gpudirect else self._staged_path(gpu, nic)
+
+    def _from_nic(self, nic: str, gpu: str) -> list[str]:
+        """From ``nic`` to ``gpu``: over PCIe, or staged in host memory (``_to_nic``)."""
+        return self._pcie_path(nic, gpu) if self.fabric.gpudirect else self._staged_path(gpu, nic)[::-1]
+
+    def _staged_path(self, gpu: str, nic: str) -> list[str]:
+        cpu = self.cpu_of(gpu)
+        return self._pcie_path(gpu, cpu) + self._pcie_path(cpu, nic)[1:]
 
     def _send_path(self, gpu: str, nic: str) -> list[str]:
         """From ``gpu`` to ``nic``: over PCIe, or when that crosses a CPU, over NVLink to the GPU
@@ -330,8 +351,9 @@ class Cluster:
 
     def _net_path(self, src: str, dst: str) -> list[str]:
         nic_src, nic_dst = self.nic_of(src), self.nic_of(dst)
-        return (self._pcie_path(src, nic_src) + self._fabric_path(nic_src, nic_dst)[1:]
-                + self._pcie_path(nic_dst, dst)[1:])
+        direct = self.fabric.gpudirect
+        return ((self._pcie_path(src, nic_src) if direct else self._staged_path(src, nic_src))
+                + self._fabric_path(nic_src, nic_dst)[1:] + self._from_nic(nic_dst, dst)[1:])
 
     def _pcie_paths(self, src: str, targets: Iterable[str] = (),
                     stop: str | None = None) -> dict[str, list[str]]:

@@ -12,7 +12,7 @@ from collections import Counter
 
 import networkx as nx
 
-from twin.hardware import TopologyError, gpu_spec
+from twin.hardware import DEFAULT_FABRIC_KIND, FABRIC_KINDS, TopologyError, gpu_spec
 
 GPU, NVSWITCH, PCIE_SWITCH, CPU, NIC, SWITCH = "gpu", "nvswitch", "pcie_switch", "cpu", "nic", "switch"
 NODE_KINDS = (GPU, NVSWITCH, PCIE_SWITCH, CPU, NIC, SWITCH)
@@ -41,6 +41,7 @@ def validate_graph(graph: nx.Graph) -> str:
     _check_counts(graph, gpus, model)
     _check_attachments(graph, gpus)
     _check_connected(graph, gpus)
+    _check_one_fabric(graph)
     return model
 
 
@@ -57,6 +58,9 @@ def _check_node(node: str, data: dict) -> None:
     if kind == NIC and not _positive(data.get("gbps")):
         raise TopologyError(f"NIC {node}: line rate must be a positive number of Gb/s, "
                             f"got {data.get('gbps')!r}")
+    if kind == NIC and data.get("fabric", DEFAULT_FABRIC_KIND) not in FABRIC_KINDS:
+        raise TopologyError(f"NIC {node}: unknown fabric kind {data['fabric']!r} "
+                            f"(known: {', '.join(FABRIC_KINDS)})")
 
 
 def _check_edge(a: str, b: str, data: dict) -> None:
@@ -130,6 +134,13 @@ def _check_connected(graph: nx.Graph, gpus: list[str]) -> None:
     for gpu in gpus[1:]:
         if gpu not in reachable:
             raise TopologyError(f"GPU {gpu} has no path to {gpus[0]}")
+
+
+def _check_one_fabric(graph: nx.Graph) -> None:
+    kinds = {d.get("fabric", DEFAULT_FABRIC_KIND): n for n, d in graph.nodes(data=True) if d["kind"] == NIC}
+    if len(kinds) > 1:
+        (a, na), (b, nb) = sorted(kinds.items())[:2]
+        raise TopologyError(f"mixed fabric kinds: NIC {na} is {a} but NIC {nb} is {b} (a cluster has one fabric)")
 
 
 def _is_int(value: object) -> bool:

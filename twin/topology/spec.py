@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from twin.hardware import CPU_VENDORS, TopologyError, gpu_spec, socket_link_gbps
+from twin.hardware import CPU_VENDORS, DEFAULT_FABRIC_KIND, FABRIC_KINDS, TopologyError, gpu_spec, socket_link_gbps
 
 MAX_GPUS = 131_072
 """The most GPUs one cluster description may have (2**17). The largest NCCL jobs published run
@@ -91,6 +91,9 @@ class FabricSpec:
     lat_us: float = DEFAULT_NET_LATENCY_US
     sharp: bool = False
     """The switches reduce in the network (SHARP), which NCCL's CollNet algorithms use."""
+    kind: str = DEFAULT_FABRIC_KIND
+    """What the NICs speak: a ``twin.hardware.FABRIC_KINDS`` name (``infiniband``, ``roce``, ``tcp``,
+    ``gpudirect-tcpx``, ``gpudirect-tcpxo``, ``efa``, ``slingshot``)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,8 @@ class ClusterSpec:
     fabric: FabricSpec | None = None
     description: str = ""
     extra_edges: tuple[ExtraEdge, ...] = ()
+    sources: tuple[str, ...] = ()
+    """Where the description's figures come from (data sheets, vendor pages), for ``topology list``."""
 
     @classmethod
     def from_dict(cls, data: Any, source: str) -> ClusterSpec:
@@ -249,6 +254,9 @@ def _describe(value: Any) -> str:
 def _parse(top: _Section) -> ClusterSpec:
     name = top.str("name", "")
     description = top.str("description", "")
+    sources = top.list("sources")
+    if not all(isinstance(v, str) for v in sources):
+        raise top.error(f"expected a list of strings, got {sources!r}", "sources")
     nodes = top.int("nodes", 1, low=1, high=MAX_GPUS)
     node = _parse_node(top.section("node", required=True))
     if nodes * node.gpus > MAX_GPUS:
@@ -260,7 +268,7 @@ def _parse(top: _Section) -> ClusterSpec:
                   for i, e in enumerate(top.list("extra_edges")))
     top.done()
     return ClusterSpec(name=name, description=description, nodes=nodes, node=node, fabric=fabric,
-                       extra_edges=extra)
+                       extra_edges=extra, sources=tuple(sources))
 
 
 def _parse_node(sec: _Section) -> NodeSpec:
@@ -390,8 +398,12 @@ def _parse_fabric(sec: _Section, node: NodeSpec) -> FabricSpec:
                         leaves_per_rail=sec.int("leaves_per_rail", None, low=1, high=MAX_GPUS),
                         oversubscription=sec.number("oversubscription", 1.0, positive=True),
                         lat_us=sec.number("lat_us", DEFAULT_NET_LATENCY_US),
-                        sharp=sec.flag("sharp"))
+                        sharp=sec.flag("sharp"), kind=sec.str("kind", DEFAULT_FABRIC_KIND))
     sec.done()
+    if fabric.kind not in FABRIC_KINDS:
+        raise sec.error(f"unknown fabric kind {fabric.kind!r} (known: {', '.join(FABRIC_KINDS)})", "kind")
+    if fabric.sharp and fabric.kind != "infiniband":
+        raise sec.error(f"SHARP needs InfiniBand switches, not {fabric.kind}", "sharp")
     if fabric.nodes_per_leaf and fabric.leaves_per_rail:
         raise sec.error("give at most one of nodes_per_leaf and leaves_per_rail")
     return fabric
@@ -414,6 +426,8 @@ def _is_int(value: Any) -> bool:
 def _dump(spec: ClusterSpec) -> dict[str, Any]:
     node = spec.node
     out: dict[str, Any] = {"name": spec.name, "description": spec.description, "nodes": spec.nodes}
+    if spec.sources:
+        out["sources"] = list(spec.sources)
     body: dict[str, Any] = {"gpu": node.gpu, "gpus": node.gpus}
     if node.nvswitch_links:
         body["nvlink"] = {"nvswitch": True, "links": node.nvswitch_links}
@@ -428,7 +442,8 @@ def _dump(spec: ClusterSpec) -> dict[str, Any]:
     body["latency_us"] = dict(node.latency_us)
     out["node"] = body
     if spec.fabric is not None:
-        out["fabric"] = {k: v for k, v in asdict(spec.fabric).items() if v is not None and v is not False}
+        out["fabric"] = {k: v for k, v in asdict(spec.fabric).items()
+                         if v is not None and v is not False and not (k == "kind" and v == DEFAULT_FABRIC_KIND)}
     if spec.extra_edges:
         out["extra_edges"] = [vars(e).copy() for e in spec.extra_edges]
     return out

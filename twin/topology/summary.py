@@ -8,10 +8,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
+from twin.hardware import DEFAULT_FABRIC_KIND, fabric_kind, gpu_spec
 from twin.topology.cluster import Cluster
 from twin.topology.graph import CPU, CPU_LINK, NET, NVLINK, PCIE, PCIE_SWITCH, SWITCH
+from twin.topology.loader import read_spec
 
 
 def summarize(cluster: Cluster) -> dict[str, Any]:
@@ -47,6 +50,7 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
         "cpu_vendor": cluster.cpu_vendor,
         "socket_link_gbps": edge_bw(CPU_LINK, local_kind(CPU)),
         "nics_per_node": cluster.nics_per_node,
+        "fabric_kind": cluster.fabric.name,
         "nic_gbps": [graph.nodes[n]["gbps"] for n in cluster.nics(host)],
         "gpu_nic_affinity": {_local(g): _local(cluster.nic_of(g)) for g in cluster.gpus()
                              if cluster.host_of(g) == host} if cluster.nics_per_node else {},
@@ -61,6 +65,56 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
 
 def _local(node: str) -> str:
     return node.split("/", 1)[1]
+
+
+def _kind_line(name: str) -> str:
+    """``infiniband: InfiniBand verbs (RDMA), NCCL net IB, GPUDirect RDMA`` and the vendor profile."""
+    kind = fabric_kind(name)
+    profile = " ".join(f"{k}={v}" for k, v in kind.nccl_env)
+    return (f"{kind.name}: {kind.title}, NCCL net {kind.nccl_net}, "
+            f"{'GPUDirect' if kind.gpudirect else 'host-staged (no GPUDirect)'}"
+            + (f", vendor profile {profile}" if profile else ""))
+
+
+def preset_facts(name: str) -> dict[str, Any]:
+    """What ``ccltwin topology list`` shows of a preset: its description, its GPU's data-sheet
+    figures, its NICs and fabric kind, and the sources of its figures (JSON-ready).
+
+    >>> facts = preset_facts("gcp-a3-mega")
+    >>> facts["gpu"]["model"], facts["fabric_kind"], facts["nics"]
+    ('H100-SXM5-80GB', 'gpudirect-tcpxo', '8 x 200 Gb/s')
+    """
+    spec = read_spec(name)
+    gpu = gpu_spec(spec.node.gpu)
+    rates = sorted(set(spec.node.nic_gbps))
+    return {
+        "name": name,
+        "description": spec.description,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.node.gpus,
+        "gpu": {"model": gpu.model, "arch": gpu.arch, "sm_version": gpu.sm_version, "sms": gpu.sm_count,
+                "hbm_gbps": gpu.hbm_gbps, "peak_tflops": asdict(gpu.peak),
+                "nvlinks": gpu.nvlinks, "nvlink_gbps_per_link": gpu.nvlink_gbps,
+                "nvlink_gbps": gpu.nvlink_total_gbps, "price_per_gpu_hour": gpu.price_per_gpu_hour},
+        "nics": f"{spec.node.nics} x {'/'.join(f'{r:g}' for r in rates)} Gb/s" if rates else "none",
+        "fabric_kind": (spec.fabric.kind if spec.fabric else DEFAULT_FABRIC_KIND),
+        "sources": list(spec.sources),
+    }
+
+
+def format_preset(facts: dict[str, Any]) -> str:
+    """``preset_facts`` as the lines ``ccltwin topology list`` prints for one preset."""
+    gpu, peak = facts["gpu"], facts["gpu"]["peak_tflops"]
+    nvlink = (f"NVLink {gpu['nvlinks']} x {gpu['nvlink_gbps_per_link']:g} = {gpu['nvlink_gbps']:g} GB/s"
+              if gpu["nvlinks"] else "no NVLink")
+    lines = [f"{facts['name']}  {facts['description']}",
+             f"    {facts['gpus_per_node']} x {gpu['model']} per node ({gpu['arch']}, sm_{gpu['sm_version']}): "
+             f"{gpu['sms']} SMs, HBM {gpu['hbm_gbps']:,g} GB/s, dense TFLOPS FP32 {peak['float32']:g} / "
+             f"TF32 {peak['tf32']:g} / BF16 {peak['bfloat16']:g} / FP8 {peak['fp8']:g}, {nvlink}, "
+             f"${gpu['price_per_gpu_hour']:.2f}/GPU-hour",
+             f"    NICs {facts['nics']}, fabric {facts['fabric_kind']}"]
+    lines += [f"    source: {source}" for source in facts["sources"]]
+    return "\n".join(lines)
 
 
 def format_summary(facts: dict[str, Any]) -> str:
@@ -82,6 +136,7 @@ def format_summary(facts: dict[str, Any]) -> str:
         + (f" ({facts['socket_link_gbps']:g} GB/s between sockets)" if facts["socket_link_gbps"] else ""),
         f"  NICs       {facts['nics_per_node']} per node"
         + (f" at {'/'.join(f'{r:g}' for r in rates)} Gb/s" if rates else ""),
+        f"  NIC kind   {_kind_line(facts['fabric_kind'])}",
         f"  GPU→NIC    {affinity}",
         "  fabric     " + (f"{fabric['leaves']} leaves, {fabric['spines']} spines, "
                            f"{fabric['link_gbps']:g} Gb/s links" if fabric else "none"),
