@@ -35,10 +35,10 @@ import numpy as np
 from tuner.config import Proto
 from twin.calibrate.errors import CalibrationError
 from twin.calibrate.fit import fit
+from twin.compute import compute_speed
 from twin.hardware import GpuSpec, gpu_spec, peak_tflops
 from twin.model.protocols import cta_copy_gbps
 from twin.params import DEFAULT_PARAMS, TwinParams
-from twin.replay.compute import compute_speed
 
 __all__ = ["KernelFit", "KernelRow", "fit_kernels", "kernel_rows"]
 
