@@ -198,12 +198,12 @@ class Gemm:
     tf32_efficiency: float = _param(0.71, "fraction", 0.05, 1.0)
     """The same for fp32 products on tensor cores (TF32: at most 410 of 495 TFLOP/s, more of the
     time in the operands' 4-byte loads)."""
-    fp8_efficiency: float = _param(0.70, "fraction", 0.05, 1.0)
+    fp8_efficiency: float = _param(0.69, "fraction", 0.05, 1.0)
     """The same for fp8 (e4m3 through ``torch._scaled_mm``: at most 1,452 of 1,979 TFLOP/s)."""
     k_overhead: float = _param(140.0, "elements", 0.0, 8192.0)
     """A tile's pipeline fill, drain and epilogue, as this many more elements of k: why products
     with a small inner dimension fall far below peak."""
-    fixed_us: float = _param(3.2, "µs", 0.0, 100.0)
+    fixed_us: float = _param(1.8, "µs", 0.0, 100.0)
     """Launch-to-first-tile and the last tile's write-back of one product, beyond its waves."""
 
 

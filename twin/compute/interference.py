@@ -18,7 +18,7 @@ Both ways, from ``benchmarks/interference.py`` and ``benchmarks/gpu_interference
 >>> h200 = gpu_spec("h200")
 >>> one_wave = PhaseCost(89.0, 0.0, "gemm", (1408, 3072, 8192))
 >>> round(phase_speed(one_wave, 1, False, h200), 2), round(phase_speed(one_wave, 1, True, h200), 2)
-(0.51, 0.41)
+(0.5, 0.4)
 >>> add = PhaseCost(250.0, 0.0, "memory", hbm_bytes=1e9)
 >>> phase_speed(add, 64, True, h200), copy_ratio([add], h200)
 (1.0, 0.14)

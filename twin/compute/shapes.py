@@ -10,9 +10,9 @@ a product that moves more bytes than it computes waits on memory instead:
 >>> from twin.hardware import gpu_spec
 >>> h200 = gpu_spec("h200")
 >>> round(gemm_us(h200, 8192, 2048, 4096), 1)  # measured: 176.5 µs
-186.1
->>> gemm_waves(h200, 1408, 3072, 8192), gemm_waves(h200, 1408, 3072, 8192, busy_sms=1)
-(1.0, 2.0)
+184.7
+>>> gemm_waves(h200, 1408, 3072), gemm_waves(h200, 1408, 3072, busy_sms=1)
+((1, 0, 132), (2, 0, 131))
 
 The second line is wave quantisation: 1408×3072 is exactly one wave of 132 tiles, so one SM
 held by a communication kernel doubles it (measured: 0.51 of its speed alone).
@@ -35,9 +35,10 @@ architecture: 128×256 on Hopper (measured: the H200 sweep steps every 33 tiles 
 a quarter wave), CUTLASS's default 128×256 on Ampere, 128×128 elsewhere (assumed)."""
 STREAM_K_SLICES = 4
 """The tail of a product (tiles past its last full wave) is spread over all SMs in slices of
-at least this many parts of k (H200 sweep: time steps every quarter wave); a tail of few tiles
-is cut finer, to fill the SMs (split-K), down to ``MIN_SLICE_K`` elements of k a slice."""
+this many parts of k (H200 sweep: time steps every quarter wave); a product of less than one
+wave is cut finer, to fill the SMs (split-K)."""
 MIN_SLICE_K = 256
+"""No slice is cut thinner than this many elements of k."""
 ATTENTION_TILE = 128
 """Query rows of one flash-attention tile (FlashAttention-2's block on Hopper/Ampere)."""
 BYTES = {"float32": 4, "float": 4, "tf32": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1,
@@ -53,31 +54,41 @@ def peak_per_sm_tflops(gpu: GpuSpec, dtype: str, params: TwinParams) -> float:
     return peak * (g.fp8_efficiency if fp8 else g.tf32_efficiency if dtype == "tf32" else g.efficiency) / gpu.sm_count
 
 
-def gemm_waves(gpu: GpuSpec, m: int, n: int, k: int, batch: int = 1, *, busy_sms: int = 0) -> float:
-    """Waves of output tiles a product takes with ``busy_sms`` SMs held by other kernels.
+def gemm_waves(gpu: GpuSpec, m: int, n: int, batch: int = 1, *, busy_sms: int = 0) -> tuple[int, int, int]:
+    """(full waves, tail tiles, free SMs) of a product's output tiles with ``busy_sms`` SMs held.
 
-    The kernel is chosen for the whole GPU: full waves of tiles run one tile per SM, the tail in
-    ``STREAM_K_SLICES`` slices per tile over every SM.  Held SMs stretch both.
+    The kernel is chosen for the whole GPU: its full waves run one tile per SM, so held SMs
+    stretch them into more waves; the tail is what is left of the tiles after them.
     """
     tm, tn = ARCH_TILES[gpu.arch]
     tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-    sms = gpu.sm_count
-    free = max(1, sms - busy_sms)
-    full, tail = divmod(tiles, sms)
-    waves = math.ceil(full * sms / free) if full else 0
-    if not tail:
-        return float(waves)
-    slices = max(STREAM_K_SLICES, min(sms // tail, k // MIN_SLICE_K))
-    return waves + math.ceil(tail * slices / free) / slices
+    free = max(1, gpu.sm_count - busy_sms)
+    full, tail = divmod(tiles, gpu.sm_count)
+    return (math.ceil(full * gpu.sm_count / free) if full else 0), tail, free
 
 
 def gemm_us(gpu: GpuSpec, m: int, n: int, k: int, dtype: str = "bfloat16", batch: int = 1, *,
             busy_sms: int = 0, params: TwinParams = DEFAULT_PARAMS) -> float:
-    """GPU µs of a ``batch`` of ``(m, k) @ (k, n)`` products: tile waves or memory, whichever is longer."""
+    """GPU µs of a ``batch`` of ``(m, k) @ (k, n)`` products: tile waves or memory, whichever is longer.
+
+    The tail after the full waves runs as whole tiles or, when that is faster, in slices of k
+    over every SM (``STREAM_K_SLICES`` a tile; a product smaller than one wave is cut finer, to
+    fill the SMs), each slice paying the tile's fixed overhead.
+    """
     tm, tn = ARCH_TILES[gpu.arch]
     g = params.compute.gemm
-    tile_us = 2 * tm * tn * (k + g.k_overhead) / (peak_per_sm_tflops(gpu, dtype, params) * 1e6)
-    math_us = gemm_waves(gpu, m, n, k, batch, busy_sms=busy_sms) * tile_us
+    rate = peak_per_sm_tflops(gpu, dtype, params) * 1e6
+
+    def tile_us(depth: float) -> float:
+        return 2 * tm * tn * (depth + g.k_overhead) / rate
+
+    waves, tail, free = gemm_waves(gpu, m, n, batch, busy_sms=busy_sms)
+    math_us = waves * tile_us(k)
+    if tail:
+        want = STREAM_K_SLICES if waves else max(STREAM_K_SLICES, gpu.sm_count // tail)
+        depth = max(k / want, min(k, MIN_SLICE_K))
+        sliced = math.ceil(tail * math.ceil(k / depth) / free) * tile_us(depth)
+        math_us += min(math.ceil(tail / free) * tile_us(k), sliced)
     return max(math_us, memory_us(gpu, gemm_bytes(m, n, k, dtype, batch), params=params)) + g.fixed_us
 
 

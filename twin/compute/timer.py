@@ -25,7 +25,7 @@ name says ``backward`` or ``bwd`` is timed as the backward kernel.
 >>> timer = ComputeTimer(gpu_spec("h200"), None)
 >>> up = ComputeEvent(0, "mlp_up", category="gemm", shape=(8192, 2048, 4096), dtype="bfloat16")
 >>> round(timer.time_us(up), 1)
-186.1
+184.7
 >>> tiny = ComputeEvent(1, "mlp_up", category="gemm", shape=(16, 128, 64), kernels=1)
 >>> timer.time_us(tiny)  # host-bound: the framework's time per kernel
 32.0
