@@ -14,6 +14,7 @@ from traces.schema import CollectiveEvent, ComputeEvent, ProcessGroup, RankTrace
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
 from twin.compute import (
+    ComputeError,
     ComputeTimer,
     PhaseCost,
     attention_us,
@@ -255,3 +256,12 @@ def test_the_replay_stretches_a_one_wave_product_beside_an_allreduce():
     many = (16384, 14336, 4096)
     result = replay(trace(many), cluster, config)
     assert result.ranks[0].compute_us < 1.3 * gemm_us(cluster.gpu, *many)
+
+
+def test_an_element_type_the_model_does_not_know_is_named_with_its_phase():
+    timer = ComputeTimer(H200, None)
+    same = [timer.time_us(ComputeEvent(0, "qkv", category="gemm", shape=(4096, 4096, 4096), dtype=d))
+            for d in ("bf16", "bfloat16")]
+    assert same[0] == same[1]
+    with pytest.raises(ComputeError, match=r"compute phase 'qkv' \(id 7\): unknown element type 'bf17'"):
+        timer.time_us(ComputeEvent(7, "qkv", category="gemm", shape=(4096, 4096, 4096), dtype="bf17"))

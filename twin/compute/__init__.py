@@ -14,7 +14,7 @@ Parameters live in ``TwinParams.compute`` (``twin.params``).
 
 from twin.compute.interference import compute_speed, copy_ratio, phase_speed
 from twin.compute.shapes import attention_us, gemm_us, gemm_waves, memory_us, optimizer_us
-from twin.compute.timer import ComputeTimer, PhaseCost, roofline_us, trace_gpu
+from twin.compute.timer import ComputeError, ComputeTimer, PhaseCost, compute_dtype, roofline_us, trace_gpu
 
-__all__ = ["ComputeTimer", "PhaseCost", "attention_us", "compute_speed", "copy_ratio", "gemm_us", "gemm_waves",
-           "memory_us", "optimizer_us", "phase_speed", "roofline_us", "trace_gpu"]
+__all__ = ["ComputeError", "ComputeTimer", "PhaseCost", "attention_us", "compute_dtype", "compute_speed", "copy_ratio",
+           "gemm_us", "gemm_waves", "memory_us", "optimizer_us", "phase_speed", "roofline_us", "trace_gpu"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from traces.errors import CcltwinError
 from twin.compute.interference import phase_speed
 from twin.compute.shapes import attention_us, gemm_us, memory_us, optimizer_us
-from twin.compute.timer import PhaseCost
+from twin.compute.timer import PhaseCost, compute_dtype
 from twin.hardware import GpuSpec
 from twin.params import DEFAULT_PARAMS, TwinParams
 
@@ -72,7 +72,7 @@ def compared(sweep: dict, gpu: GpuSpec, params: TwinParams = DEFAULT_PARAMS) -> 
         if "us" in r:
             group = "gemm wave" if r["what"] == "wave" else f"gemm {r['dtype']}"
             add(group, f"{r['m']}x{r['n']}x{r['k']}", r["us"],
-                gemm_us(gpu, r["m"], r["n"], r["k"], r["dtype"], params=params))
+                gemm_us(gpu, r["m"], r["n"], r["k"], compute_dtype(r["dtype"]), params=params))
     for r in sweep.get("attention", ()):
         shape = (r["batch"], r["heads"], r["seq"], r["seq"], r["head_dim"])
         fused = r["kind"] == "flash"

@@ -41,9 +41,11 @@ MIN_SLICE_K = 256
 """No slice is cut thinner than this many elements of k."""
 ATTENTION_TILE = 128
 """Query rows of one flash-attention tile (FlashAttention-2's block on Hopper/Ampere)."""
-BYTES = {"float32": 4, "float": 4, "tf32": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1,
-         "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "uint8": 1}
-"""Bytes per element of the element types compute phases name."""
+BYTES = {"float32": 4, "tf32": 4, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "uint8": 1}
+"""Bytes per element of the element types the compute model knows (``DTYPE_ALIASES`` maps other
+spellings onto them)."""
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
+                 "fp8": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
 
 
 def peak_per_sm_tflops(gpu: GpuSpec, dtype: str, params: TwinParams) -> float:

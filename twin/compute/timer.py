@@ -35,12 +35,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from traces.errors import CcltwinError
 from traces.schema import ComputeEvent, Trace
-from twin.compute.shapes import attention_us, gemm_bytes, gemm_us, memory_us, optimizer_us
+from twin.compute.shapes import BYTES, DTYPE_ALIASES, attention_us, gemm_bytes, gemm_us, memory_us, optimizer_us
 from twin.hardware import GpuSpec, TopologyError, gpu_spec, peak_tflops
 from twin.params import DEFAULT_PARAMS, TwinParams
 
 DEFAULT_COMPUTE_DTYPE = "bfloat16"
+
+
+class ComputeError(CcltwinError):
+    """A compute phase the model cannot time as written (an element type it does not know)."""
+
+
+def compute_dtype(name: str, where: str = "compute phase") -> str:
+    """The compute model's name for element type ``name`` (``bf16`` → ``bfloat16``), or ``ComputeError``.
+
+    >>> compute_dtype("bf16"), compute_dtype("fp8")
+    ('bfloat16', 'fp8_e4m3')
+    """
+    dtype = DTYPE_ALIASES.get(name, name)
+    if dtype not in BYTES:
+        raise ComputeError(f"{where}: unknown element type {name!r}; expected one of {', '.join(BYTES)}")
+    return dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +142,8 @@ class ComputeTimer:
             measured = event.end_us - event.start_us
         kernels = self.params.compute.kernels
         name = event.name.lower()
-        base = PhaseCost(0.0, event.host_us or 0.0, event.category, tuple(event.shape), event.dtype or self.dtype,
+        dtype = compute_dtype(event.dtype or self.dtype, f"compute phase {event.name!r} (id {event.id})")
+        base = PhaseCost(0.0, event.host_us or 0.0, event.category, tuple(event.shape), dtype,
                          backward="backward" in name or "bwd" in name)
         if event.category == "host":
             return replace(base, host_us=event.host_us if event.host_us is not None else measured or 0.0, hbm_bytes=0.0)
