@@ -33,8 +33,10 @@ FITS = {
     "unfused": (("attention unfused fwd", "attention unfused fwd+bwd"),
                 ("compute.attention.unfused_score_passes", "compute.attention.unfused_backward_factor")),
     "memory": (("memory add", "memory copy"), ("compute.hbm_fraction",)),
-    "optimizer": (("optimizer adamw",), ("compute.kernels.optimizer_launch_us",
-                                         "compute.kernels.optimizer_hbm_fraction")),
+    "optimizer": (("optimizer step",), ("compute.kernels.optimizer_launch_us",
+                                        "compute.kernels.optimizer_hbm_fraction")),
+    "clip": (("optimizer clip",), ("compute.kernels.grad_clip_us",)),
+    "scale": (("optimizer scale",), ("compute.kernels.loss_scale_us",)),
 }
 
 

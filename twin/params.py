@@ -248,6 +248,12 @@ class Kernels:
     optimizer_hbm_fraction: float = _param(0.74, "fraction", 0.01, 1.0)
     """Share of memory bandwidth a fused optimizer step reaches over its bytes (3.2 TB/s at 256M
     parameters, 28 bytes each)."""
+    grad_clip_us: float = _param(430.0, "µs", 0.0, 100_000.0)
+    """Gradient-norm clipping's fixed cost (``clip_grad_norm_``, foreach, 16 tensors: 457-490 µs at
+    1M-16M parameters; its bytes then stream at ``hbm_fraction``; fitted over 1M-256M: 430)."""
+    loss_scale_us: float = _param(34.0, "µs", 0.0, 100_000.0)
+    """AMP's unscale and inf check's fixed cost (``_amp_foreach_non_finite_check_and_unscale_``:
+    36 µs at 1M parameters; fitted over 1M-256M: 34)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

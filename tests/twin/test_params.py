@@ -254,6 +254,8 @@ def shaped(params: TwinParams) -> dict[str, float]:
     out["kernel floor"] = timed(category="memory", mem_bytes=1024, kernels=3, host_us=0.0)
     out["host per kernel"] = timed(category="gemm", shape=(16, 16, 16), kernels=4)
     out["optimizer"] = timed(category="optimizer", mem_bytes=28 << 28, host_us=0.0)
+    out["grad clip"] = timed("clip_grad_norm", category="optimizer", mem_bytes=12 << 28, host_us=0.0)
+    out["loss scale"] = timed("unscale", category="optimizer", mem_bytes=8 << 28, host_us=0.0)
     one_wave = timer.cost(ComputeEvent(0, "qkv", category="gemm", shape=(1408, 3072, 8192), host_us=0.0))
     add = timer.cost(ComputeEvent(0, "add", category="memory", mem_bytes=1 << 30, host_us=0.0))
     out["gemm beside copy"] = phase_speed(one_wave, 1, True, h200, params)
@@ -355,7 +357,7 @@ def test_names_bounds_and_units_cover_every_parameter():
     """Each parameter has a dotted name, a unit and a range that holds its default."""
     values = DEFAULT_PARAMS.to_dict()
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
-    assert len(values) == 57  # 39 + the shape model's compute.gemm/attention/kernels/interference (18)
+    assert len(values) == 59  # 39 + the shape model's compute.gemm/attention/kernels/interference (20)
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from traces.errors import CcltwinError
 from twin.compute.interference import phase_speed
-from twin.compute.shapes import attention_us, gemm_us, memory_us, optimizer_us
+from twin.compute.shapes import attention_us, gemm_us, memory_us, optimizer_kind, optimizer_us
 from twin.compute.timer import PhaseCost, compute_dtype
 from twin.hardware import GpuSpec
 from twin.params import DEFAULT_PARAMS, TwinParams
@@ -85,8 +85,8 @@ def compared(sweep: dict, gpu: GpuSpec, params: TwinParams = DEFAULT_PARAMS) -> 
         if r["op"] in ("copy", "add"):  # streaming ops; norms and softmax run below the streaming rate
             add(f"memory {r['op']}", f"{r['bytes']} B", r["us"], max(floor, memory_us(gpu, r["bytes"], params=params)))
     for r in sweep.get("optimizer", ()):
-        if r["what"].startswith("adamw"):
-            add("optimizer adamw", f"{r['params']} params", r["us"], optimizer_us(gpu, r["bytes"], params=params))
+        kind = optimizer_kind(r["what"])
+        add(f"optimizer {kind}", f"{r['params']} params", r["us"], optimizer_us(gpu, r["bytes"], kind, params=params))
     for r in sweep.get("under_spin", ()):
         if r.get("nested", True) and "speed" in r:
             cost = PhaseCost(gemm_us(gpu, r["m"], r["n"], r["k"], params=params), 0.0, "gemm", (r["m"], r["n"], r["k"]),

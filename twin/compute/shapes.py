@@ -139,12 +139,31 @@ def attention_us(gpu: GpuSpec, batch: int, heads: int, seq_q: int, seq_kv: int, 
     return forward * (1 + a.backward_factor if backward else 1)
 
 
-def optimizer_us(gpu: GpuSpec, nbytes: float, *, params: TwinParams = DEFAULT_PARAMS) -> float:
-    """GPU µs of a fused optimizer step over ``nbytes`` of parameters, gradients and states.
+OPTIMIZER_KINDS = ("step", "clip", "scale")
+"""What an optimizer phase is: the step itself, gradient clipping, or loss scaling (unscale and inf check)."""
+
+
+def optimizer_us(gpu: GpuSpec, nbytes: float, kind: str = "step", *, params: TwinParams = DEFAULT_PARAMS) -> float:
+    """GPU µs of one of the optimizer's passes (``OPTIMIZER_KINDS``) over ``nbytes``: a fixed cost
+    (its many small launches over the parameter tensors) and the bytes.
 
     >>> from twin.hardware import gpu_spec
     >>> round(optimizer_us(gpu_spec("h200"), 28 * 256 * 2**20))  # AdamW, 256M fp32 parameters: measured 2367
     2316
+    >>> round(optimizer_us(gpu_spec("h200"), 12 * 64 * 2**20, "clip"))  # measured 604
+    627
     """
     k = params.compute.kernels
-    return k.optimizer_launch_us + nbytes / (gpu.hbm_gbps * 1e3 * k.optimizer_hbm_fraction)
+    if kind == "step":
+        return k.optimizer_launch_us + nbytes / (gpu.hbm_gbps * 1e3 * k.optimizer_hbm_fraction)
+    return (k.grad_clip_us if kind == "clip" else k.loss_scale_us) + memory_us(gpu, nbytes, params=params)
+
+
+def optimizer_kind(name: str) -> str:
+    """Which optimizer pass a phase named ``name`` is (``clip_grad_norm`` → ``clip``, ``unscale`` → ``scale``).
+
+    >>> optimizer_kind("optimizer.step"), optimizer_kind("clip_grad_norm_"), optimizer_kind("amp_unscale")
+    ('step', 'clip', 'scale')
+    """
+    name = name.lower()
+    return "clip" if "clip" in name else "scale" if "scale" in name or "inf" in name else "step"

@@ -18,7 +18,8 @@ A phase then takes at least its host time: ``host_us`` when the trace knows it, 
 phase the model timed (rules 1-2), ``kernels`` × ``compute.kernels.host_us_per_kernel`` (the
 framework issues kernels no faster than that, whatever the GPU does: why small models run far
 slower than their FLOPs say).  ``host`` phases have host time only.  An attention phase whose
-name says ``backward`` or ``bwd`` is timed as the backward kernel.
+name says ``backward`` or ``bwd`` is timed as the backward kernel; an optimizer phase whose name
+says ``clip`` as gradient clipping, ``scale`` or ``inf`` as loss scaling, else as the step.
 
 >>> from traces.schema import ComputeEvent
 >>> from twin.hardware import gpu_spec
@@ -37,7 +38,16 @@ from dataclasses import dataclass, replace
 
 from traces.errors import CcltwinError
 from traces.schema import ComputeEvent, Trace
-from twin.compute.shapes import BYTES, DTYPE_ALIASES, attention_us, gemm_bytes, gemm_us, memory_us, optimizer_us
+from twin.compute.shapes import (
+    BYTES,
+    DTYPE_ALIASES,
+    attention_us,
+    gemm_bytes,
+    gemm_us,
+    memory_us,
+    optimizer_kind,
+    optimizer_us,
+)
 from twin.hardware import GpuSpec, TopologyError, gpu_spec, peak_tflops
 from twin.params import DEFAULT_PARAMS, TwinParams
 
@@ -176,7 +186,7 @@ class ComputeTimer:
         if event.category == "memory" and event.mem_bytes is not None:
             return memory_us(gpu, event.mem_bytes, params=p), float(event.mem_bytes)
         if event.category == "optimizer" and event.mem_bytes is not None:
-            return optimizer_us(gpu, event.mem_bytes, params=p), float(event.mem_bytes)
+            return optimizer_us(gpu, event.mem_bytes, optimizer_kind(event.name), params=p), float(event.mem_bytes)
         if event.flops is not None or event.mem_bytes is not None:
             return roofline_us(gpu, event.flops or 0.0, float(event.mem_bytes or 0), base.dtype, params=p), None
         return None
