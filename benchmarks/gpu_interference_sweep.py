@@ -11,7 +11,8 @@ dependence the twin's compute model (``twin.compute.interference``) describes:
   checked with events (a run whose windows do not nest is measured again, and flagged if it never
   does).
 
-Run on the GPU machine (torch with CUDA, CuPy): ``python benchmarks/gpu_interference_sweep.py --json FILE``.
+Run on the GPU machine (torch with CUDA, CuPy), from the repository root:
+``PYTHONPATH=. python benchmarks/gpu_interference_sweep.py --json FILE``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import cupy as cp
 import torch
 import torch.nn.functional as F
 
+from benchmarks.gpu_timing import overlap, timed_ms
 from benchmarks.interference import KERNELS, SM_HOLDING_SHARED_BYTES
 
 COPY_WORDS = (512 << 20) // 16
@@ -44,43 +46,6 @@ def repeat(work, times: int) -> None:
     """``work()`` ``times`` times, keeping none of its results alive (a layer norm's are 512 MiB)."""
     for _ in range(times):
         work()
-
-
-def events(n: int = 2) -> list[torch.cuda.Event]:
-    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-
-
-def timed_ms(stream, work, repeats: int = 5) -> float:
-    with torch.cuda.stream(stream):
-        work()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        a, b = events()
-        with torch.cuda.stream(stream):
-            a.record()
-            work()
-            b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
-
-
-def overlap(first_stream, first, second_stream, second) -> tuple[float, float, bool]:
-    """Start ``first``, then ``second`` beside it: (first ms, second ms, whether second nested in first)."""
-    f0, f1, s0, s1 = events(4)
-    torch.cuda.synchronize()
-    with torch.cuda.stream(first_stream):
-        f0.record()
-        first()
-        f1.record()
-    with torch.cuda.stream(second_stream):
-        second_stream.wait_event(f0)
-        s0.record()
-        second()
-        s1.record()
-    torch.cuda.synchronize()
-    return f0.elapsed_time(f1), s0.elapsed_time(s1), f0.elapsed_time(s0) >= 0 and s1.elapsed_time(f1) > 0
 
 
 def nested_ratio(first_stream, first, second_stream, second, alone_ms: float) -> tuple[float, bool]:
