@@ -221,14 +221,15 @@ def test_a_copy_keeps_what_the_compute_leaves_of_memory(pairs):
 
 
 def test_a_copy_slows_a_product_by_more_than_the_sm_it_holds(pairs):
-    """A product beside a copy on 1 CTA runs ~1.25× slower (measured 0.74-0.81), not 1/(1 - 1/132)."""
-    shape = (16384, 14336, 4096)
+    """A product beside a copy on 1 CTA runs ~1.25× slower (measured 0.74-0.81), not 1/(1 - 1/132).
+    (``benchmarks/interference.py`` ran its first product, 8192³ bf16, beside the copy.)"""
+    shape = (8192, 8192, 8192)
     product = cost_of(ComputeEvent(0, "mlp", category="gemm", shape=shape, host_us=0.0))
     for row in pairs["compute_under"]:
         if row["compute"] == "gemm":
             model = phase_speed(product, row["ctas"], row["by"] == "copy", H200)
-            assert model == pytest.approx(row["speed"], abs=0.12), row
-    assert 0.75 < phase_speed(product, 1, True, H200) < 0.85
+            assert model == pytest.approx(row["speed"], abs=0.1), row
+    assert 0.7 < phase_speed(product, 1, True, H200) < 0.8 < 0.9 < phase_speed(product, 1, False, H200)
     add = cost_of(ComputeEvent(0, "add", category="memory", mem_bytes=3 << 30, host_us=0.0))
     assert phase_speed(add, 64, True, H200) == 1.0  # measured 0.94-1.03 with 64 SMs held
 
