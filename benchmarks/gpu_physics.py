@@ -1,4 +1,4 @@
-"""Measure, on a real GPU, the compute constants of the twin's trace replay (``twin/replay/compute.py``).
+"""Measure, on a real GPU, the compute constants of the twin's trace replay (``twin/compute/``).
 
 1. Ceilings: the share of data-sheet peak that large bf16/fp16 matrix products reach at
    transformer shapes (``compute.flops_fraction`` of ``twin.params``), and that a device-to-device copy reaches

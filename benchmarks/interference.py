@@ -23,7 +23,7 @@ and ``cta.hbm_share``/``cta.threads_at_half_rate`` (the per-CTA copy rate of
 ``twin.model.protocols.cta_copy_gbps``) on part of the rows and prints predicted against
 measured for the rest (``twin.calibrate.kernels`` says which rows are which).
 
-    python benchmarks/interference.py --measure benchmarks/data/h200-interference.json   # GPU
+    PYTHONPATH=. python benchmarks/interference.py --measure benchmarks/data/h200-interference.json   # GPU
     python benchmarks/interference.py --fit benchmarks/data/h200-interference.json \
         --earlier benchmarks/data/h200-gpu-physics.json                                 # CPU
 """
@@ -81,24 +81,8 @@ def measure(out_path: str) -> None:
         kernel.max_dynamic_shared_size_bytes = SM_HOLDING_SHARED_BYTES
     low, high = torch.cuda.Stream(), torch.cuda.Stream(priority=-1)
 
-    def events(n: int = 2):
-        return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-
-    def timed(stream, work, repeats: int = 7) -> float:
-        """Median ms of ``work()`` on ``stream`` (after one warm-up)."""
-        with torch.cuda.stream(stream):
-            work()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            a, b = events()
-            with torch.cuda.stream(stream):
-                a.record()
-                work()
-                b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        return statistics.median(times)
+    from benchmarks.gpu_timing import overlap
+    from benchmarks.gpu_timing import timed_ms as timed
 
     words = COPY_BYTES // 16
     src = cp.random.default_rng(1).random(words * 4, dtype=cp.float32)
@@ -156,24 +140,6 @@ def measure(out_path: str) -> None:
             moved = 2 * 16 * (words // ctas) * ctas
             rows["copy_alone"].append({"ctas": ctas, "threads": threads, "bytes": moved, "ms": ms})
     compute_ms = {"gemm": rows["gemm_alone"][0]["ms"], "elementwise": rows["elementwise_alone"][0]["ms"]}
-
-    def overlap(first_stream, first, second_stream, second) -> tuple[float, float, bool]:
-        """Start ``first``, then ``second`` beside it; (first ms, second ms, whether second ran
-        entirely inside first)."""
-        f0, f1, s0, s1 = events(4)
-        torch.cuda.synchronize()
-        with torch.cuda.stream(first_stream):
-            f0.record()
-            first()
-            f1.record()
-        with torch.cuda.stream(second_stream):
-            second_stream.wait_event(f0)
-            s0.record()
-            second()
-            s1.record()
-        torch.cuda.synchronize()
-        inside = f0.elapsed_time(s0) >= 0 and s1.elapsed_time(f1) > 0
-        return f0.elapsed_time(f1), s0.elapsed_time(s1), inside
 
     def repeat_compute(name: str, count: int):
         return lambda: [computes[name]() for _ in range(count)]

@@ -34,8 +34,8 @@ from typing import Any
 from traces.errors import CcltwinError
 from tuner.config import Proto
 
-__all__ = ["DEFAULT_PARAMS", "Compute", "Cta", "FabricTimes", "Fabrics", "IntraLink", "Links", "Network",
-           "ParamsError", "ProtocolTimes", "Protocols", "TwinParams"]
+__all__ = ["DEFAULT_PARAMS", "Attention", "Compute", "Cta", "FabricTimes", "Fabrics", "Gemm", "Interference",
+           "IntraLink", "Kernels", "Links", "Network", "ParamsError", "ProtocolTimes", "Protocols", "TwinParams"]
 
 
 class ParamsError(CcltwinError):
@@ -250,19 +250,114 @@ class Cta:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Gemm:
+    """A matrix product timed from its shape (``twin.compute.shapes``): tiles of the GPU's
+    architecture spread in waves over its SMs, each at a share of the tensor cores' peak.
+    Fitted to 584 bf16 products of real transformer layers on an H200
+    (``benchmarks/compute_fit.py`` on ``benchmarks/data/h200-compute.json``)."""
+
+    efficiency: float = _param(0.81, "fraction", 0.05, 1.0)
+    """Share of an SM's dense tensor peak that one output tile's main loop reaches (bf16, fp16):
+    the best measured products reach 812 of 989 TFLOP/s including their tails."""
+    tf32_efficiency: float = _param(0.71, "fraction", 0.05, 1.0)
+    """The same for fp32 products on tensor cores (TF32: at most 410 of 495 TFLOP/s, more of the
+    time in the operands' 4-byte loads)."""
+    fp8_efficiency: float = _param(0.69, "fraction", 0.05, 1.0)
+    """The same for fp8 (e4m3 through ``torch._scaled_mm``: at most 1,452 of 1,979 TFLOP/s)."""
+    k_overhead: float = _param(140.0, "elements", 0.0, 8192.0)
+    """A tile's pipeline fill, drain and epilogue, as this many more elements of k: why products
+    with a small inner dimension fall far below peak."""
+    fixed_us: float = _param(1.8, "µs", 0.0, 100.0)
+    """Launch-to-first-tile and the last tile's write-back of one product, beyond its waves."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attention:
+    """Attention kernels timed from ``(batch, heads, seq_q, seq_kv, head_dim)``; fitted to
+    torch's ``scaled_dot_product_attention`` (flash) and an unfused baddbmm/softmax/bmm on H200."""
+
+    flash_efficiency: float = _param(0.66, "fraction", 0.05, 1.0)
+    """Share of dense bf16 peak a flash forward's inner loop reaches at head dim 128 (measured
+    560-635 TFLOP/s at long sequences)."""
+    small_head_penalty: float = _param(0.79, "ratio", 0.1, 1.0)
+    """Head dim 64 runs at this share of head dim 128's rate (half the MMA work per softmax)."""
+    tile_overhead_us: float = _param(2.0, "µs", 0.0, 100.0)
+    """Softmax rescaling, the load of Q and the write of O, per 128-row query tile."""
+    backward_factor: float = _param(2.85, "ratio", 1.0, 10.0)
+    """A flash backward takes this many times its forward (2.5× the FLOPs, recomputing the
+    scores; measured 2.9-3.1× at long sequences)."""
+    unfused_score_passes: float = _param(15.0, "passes", 1.0, 64.0)
+    """Passes an unfused attention makes over the bf16 score matrix: the first product's write,
+    the mask (its own full-size boolean), the masked copy, softmax's read and write, the second
+    product's read, each at streaming bandwidth or worse (fitted: 15)."""
+    unfused_backward_factor: float = _param(1.0, "ratio", 0.1, 10.0)
+    """An unfused backward takes this many times its forward (measured 0.8-1.2×)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Kernels:
+    """What every kernel and every framework call costs whatever its work: measured on H200 with
+    torch 2.11 (``benchmarks/gpu_compute_sweep.py``, ``floor`` and ``optimizer`` rows)."""
+
+    floor_us: float = _param(1.8, "µs", 0.0, 100.0)
+    """A kernel's least time on the GPU, launched back to back: a one-element copy or add takes
+    1.8-1.9 µs (1.3 µs for a graph's empty-ish add)."""
+    host_us_per_kernel: float = _param(32.0, "µs", 0.0, 10_000.0)
+    """Host-side framework time per kernel when a phase does not say (``host_us``): an eager
+    pre-norm transformer layer's forward and backward at hidden 64 take 1,795 µs of host time
+    for 55 kernels (plain ops alone cost 7-14 µs each, autograd's backward call ~400 µs)."""
+    optimizer_launch_us: float = _param(200.0, "µs", 0.0, 100_000.0)
+    """A fused optimizer step's fixed cost (16 tensors, AdamW ``fused=True``: 216 µs at 1M
+    parameters)."""
+    optimizer_hbm_fraction: float = _param(0.74, "fraction", 0.01, 1.0)
+    """Share of memory bandwidth a fused optimizer step reaches over its bytes (3.2 TB/s at 256M
+    parameters, 28 bytes each)."""
+    grad_clip_us: float = _param(430.0, "µs", 0.0, 100_000.0)
+    """Gradient-norm clipping's fixed cost (``clip_grad_norm_``, foreach, 16 tensors: 457-490 µs at
+    1M-16M parameters; its bytes then stream at ``hbm_fraction``; fitted over 1M-256M: 430)."""
+    loss_scale_us: float = _param(34.0, "µs", 0.0, 100_000.0)
+    """AMP's unscale and inf check's fixed cost (``_amp_foreach_non_finite_check_and_unscale_``:
+    36 µs at 1M parameters; fitted over 1M-256M: 34)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Interference:
+    """How a compute phase and an NCCL channel's copy on the same GPU slow each other, measured on
+    H200 (``benchmarks/interference.py``, ``benchmarks/gpu_interference_sweep.py``)."""
+
+    gemm_beside_copy: float = _param(0.8, "fraction", 0.05, 1.0)
+    """A matrix product's speed while a channel copies beside it, beyond the SMs the channel holds:
+    a copy on 1 CTA slows a 16384×4096×14336 product to 0.74-0.81, a spinning CTA (same SM, no
+    memory traffic) only to 0.99; at 2-64 CTAs copy/spin stays 0.76-0.83 (L2 and DRAM contention)."""
+    copy_floor: float = _param(0.14, "fraction", 0.01, 1.0)
+    """A channel's copy rate beside a kernel that saturates memory bandwidth, relative to alone:
+    0.13-0.18 beside a 1 GiB elementwise add at any CTA count (its requests queue behind the
+    other kernel's; its rate is latency-bound)."""
+    gemm_dram_traffic: float = _param(3.0, "ratio", 1.0, 100.0)
+    """A product's DRAM traffic as a multiple of its operands' and result's bytes (panels re-read
+    when they miss L2): with it, the copy beside the measured products keeps 0.79-0.86 of its rate."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Compute:
     """How long compute phases take, and how they and communication kernels slow each other."""
 
     flops_fraction: float = _param(0.7, "fraction", 0.01, 1.0)
-    """Share of dense peak FLOP/s that large training kernels reach (GEMM-heavy layers run at
-    60–80 % of tensor peak; elementwise work is caught by the memory term)."""
-    hbm_fraction: float = _param(0.8, "fraction", 0.01, 1.0)
-    """Share of the data-sheet memory bandwidth that streaming kernels reach."""
+    """Share of dense peak FLOP/s that large training kernels reach, for phases known only by
+    FLOPs (bf16 products of real layers on H200: median 0.72 of peak, ``h200-compute.json``)."""
+    hbm_fraction: float = _param(0.85, "fraction", 0.01, 1.0)
+    """Share of the data-sheet memory bandwidth that streaming kernels reach (H200: adds and copies
+    of 16 MB to 1 GiB move 3.7-4.3 of 4.8 TB/s; the fit over them, with the kernel floor, 0.85)."""
     copy_rate_under_compute: float = _param(0.8, "fraction", 0.01, 1.0)
-    """A channel's copy rate while compute shares its GPU (HBM contention), relative to alone."""
+    """A channel's copy rate beside a compute phase whose memory traffic is unknown (one known only
+    by a measured duration or FLOPs), relative to alone: 0.79-0.93 beside H200 matrix products."""
     min_speed: float = _param(0.05, "fraction", 0.0, 1.0)
     """Floor of a phase's speed however many SMs communication holds (the scheduler still
     interleaves its blocks)."""
+    gemm: Gemm = Gemm()
+    attention: Attention = Attention()
+    kernels: Kernels = Kernels()
+    interference: Interference = Interference()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -53,7 +53,7 @@ class Ranking:
 def call_cost(time_us, nchannels, hidden_us, sm_count: int):
     """What a call costs the iteration when compute can hide ``hidden_us`` of it: the rest in
     full, and the hidden part as the compute its channels' SMs hold back meanwhile
-    (``twin.replay.compute``). With nothing hidden it is the call's time."""
+    (``twin.compute``). With nothing hidden it is the call's time."""
     hidden = np.minimum(time_us, hidden_us)
     return time_us - hidden + hidden * nchannels / sm_count
 

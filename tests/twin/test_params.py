@@ -26,6 +26,7 @@ from traces.task import Op, Task
 from traces.trace_file import load_trace
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.space import ConfigSpace
+from twin.compute import ComputeTimer, compute_speed, copy_ratio, phase_speed, roofline_us
 from twin.des import CollectiveRun, simulate
 from twin.executor import TwinExecutor
 from twin.hardware import FABRIC_KINDS, gpu_spec
@@ -36,7 +37,6 @@ from twin.predict import predict
 from twin.profile import ProfileMeta, load_profile, save_profile
 from twin.rank import rank_tasks
 from twin.replay import replay
-from twin.replay.compute import ComputeTimer, compute_speed, roofline_us
 from twin.topology import build_cluster, load_cluster, read_spec
 from twin.whatif import Candidate, evaluate
 
@@ -144,6 +144,7 @@ def compute(params: TwinParams = DEFAULT_PARAMS) -> dict[str, float]:
     trace = load_trace(path("phi2-tp8dp4"))
     timer = ComputeTimer.for_trace(trace, gpu_spec("A100-SXM4-40GB"), params)
     out["timer flops"] = timer.time_us(ComputeEvent(0, "layer", duration_us=900.0, flops=3e12, mem_bytes=2 << 30))
+    out.update(shaped(params))
     return out
 
 
@@ -234,10 +235,38 @@ def probe(params: TwinParams) -> dict[str, float]:
     out["roofline math"] = roofline_us(h100_gpu, 4e12, 1e6, params=params)
     out["roofline memory"] = roofline_us(h100_gpu, 1e6, 4e9, params=params)
     out["compute floor"] = compute_speed(10_000, h100_gpu, params)
+    out.update(shaped(params))
     one_channel = Config(ring, simple, Transport.P2P, 1, 512, 1 << 19)
     overlapped = replay(overlap_trace(), load_cluster("dgx-h100"), {Task(ar, 256 << 20, 2, group="g"): one_channel},
                         params=params)
     out["overlapped call"] = overlapped.tasks[0].time_us
+    return out
+
+
+def shaped(params: TwinParams) -> dict[str, float]:
+    """Phases timed from their category and shape on an H200, and how they and a copy interfere."""
+    h200 = gpu_spec("H200-SXM-141GB")
+    timer = ComputeTimer(h200, None, params=params)
+
+    def timed(name: str = "phase", **fields) -> float:
+        return timer.time_us(ComputeEvent(0, name, **fields))
+
+    out = {"gemm bf16": timed(category="gemm", shape=(8192, 8192, 8192)),
+           "gemm fp8": timed(category="gemm", shape=(8192, 8192, 8192), dtype="fp8_e4m3"),
+           "gemm tf32": timed(category="gemm", shape=(4, 2048, 2048, 2048), dtype="tf32")}
+    for category in ("attention", "attention-unfused"):
+        for name in ("attn", "attn_bwd"):
+            out[f"{category} {name}"] = timed(name, category=category, shape=(4, 32, 4096, 4096, 64))
+    out["kernel floor"] = timed(category="memory", mem_bytes=1024, kernels=3, host_us=0.0)
+    out["host per kernel"] = timed(category="gemm", shape=(16, 16, 16), kernels=4)
+    out["optimizer"] = timed(category="optimizer", mem_bytes=28 << 28, host_us=0.0)
+    out["grad clip"] = timed("clip_grad_norm", category="optimizer", mem_bytes=12 << 28, host_us=0.0)
+    out["loss scale"] = timed("unscale", category="optimizer", mem_bytes=8 << 28, host_us=0.0)
+    one_wave = timer.cost(ComputeEvent(0, "qkv", category="gemm", shape=(1408, 3072, 8192), host_us=0.0))
+    add = timer.cost(ComputeEvent(0, "add", category="memory", mem_bytes=1 << 30, host_us=0.0))
+    out["gemm beside copy"] = phase_speed(one_wave, 1, True, h200, params)
+    out["copy beside add"] = copy_ratio([add], h200, params)
+    out["copy beside gemm"] = copy_ratio([one_wave], h200, params)
     return out
 
 
@@ -282,6 +311,17 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("compute.flops_fraction", 0.35, "roofline math", True),
     ("compute.hbm_fraction", 0.4, "roofline memory", True),
     ("compute.copy_rate_under_compute", 0.4, "overlapped call", True),
+    ("compute.gemm.efficiency", 0.6, "gemm bf16", True),
+    ("compute.gemm.k_overhead", 1000.0, "gemm bf16", True),
+    ("compute.gemm.fp8_efficiency", 0.9, "gemm fp8", False),
+    ("compute.attention.backward_factor", 4.0, "attention attn_bwd", True),
+    ("compute.attention.unfused_score_passes", 30.0, "attention-unfused attn", True),
+    ("compute.kernels.floor_us", 5.0, "kernel floor", True),
+    ("compute.kernels.host_us_per_kernel", 100.0, "host per kernel", True),
+    ("compute.kernels.optimizer_hbm_fraction", 0.5, "optimizer", True),
+    ("compute.interference.gemm_beside_copy", 0.5, "gemm beside copy", False),
+    ("compute.interference.copy_floor", 0.3, "copy beside add", True),
+    ("compute.interference.gemm_dram_traffic", 6.0, "copy beside gemm", False),
 ])
 def test_a_parameter_moves_its_predictions_the_way_physics_says(name, value, key, slower, baseline):
     """Lower link efficiency: slower large collectives; higher latency: slower small ones; a faster
@@ -326,7 +366,7 @@ def test_names_bounds_and_units_cover_every_parameter():
     """Each parameter has a dotted name, a unit and a range that holds its default."""
     values = DEFAULT_PARAMS.to_dict()
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
-    assert len(values) == 58
+    assert len(values) == 78  # 39 + the fabric kinds' figures (19) + the compute shape model's (20)
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

@@ -9,12 +9,12 @@ from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.plan import Plan, PlanEntry, RankedSubspace
 from tuner.process_knobs import ProcessSettings
+from twin.compute import roofline_us
 from twin.hardware import gpu_spec
 from twin.params import DEFAULT_PARAMS
 from twin.placement import Communicator, Placement, PlacementError, cluster_for
 from twin.predict import predict
 from twin.replay import ReplayError, plan_configs, replay
-from twin.replay.compute import roofline_us
 from twin.topology import Cluster, load_cluster
 
 
@@ -138,10 +138,13 @@ def test_a_collective_overlapped_with_compute_hides_its_time(h100):
         # compute takes copy rate from it
         assert t <= rank.comm_us <= t / DEFAULT_PARAMS.compute.copy_rate_under_compute
     # Overlap: far less than one after the other.  While the kernel is resident (comm_us) it holds one SM
-    # per channel, so the phase does that share less work then and finishes that much later.
+    # per channel, so the phase does that share less work then; while it copies, L2 and memory contention
+    # take compute.interference.gemm_beside_copy more: the phase finishes that much later.
     held = result.tasks[0].config.nchannels / h100.gpu.sm_count
-    assert result.mean_iteration_us == pytest.approx(3200.0 + result.ranks[0].comm_us * held, rel=1e-9)
-    assert result.mean_iteration_us < 3200.0 + 0.25 * t
+    beside = DEFAULT_PARAMS.compute.interference.gemm_beside_copy
+    resident = result.ranks[0].comm_us
+    assert 3200.0 + resident * held < result.mean_iteration_us <= 3200.0 + resident * (1 - (1 - held) * beside) + 1e-6
+    assert result.mean_iteration_us < 3200.0 + 0.5 * t
 
 
 def test_exposed_communication_is_what_compute_does_not_cover(h100):

@@ -35,10 +35,10 @@ import numpy as np
 from tuner.config import Proto
 from twin.calibrate.errors import CalibrationError
 from twin.calibrate.fit import fit
+from twin.compute import PhaseCost, copy_ratio, phase_speed
 from twin.hardware import GpuSpec, gpu_spec, peak_tflops
 from twin.model.protocols import cta_copy_gbps
 from twin.params import DEFAULT_PARAMS, TwinParams
-from twin.replay.compute import compute_speed
 
 __all__ = ["KernelFit", "KernelRow", "fit_kernels", "kernel_rows"]
 
@@ -62,6 +62,12 @@ class KernelRow:
     work: dict
     """What the model needs: flops, bytes, ctas, threads, the compute beside it."""
     fitted: bool
+
+
+UNDER_COMPUTE = {"gemm": PhaseCost(1500.0, 0.0, "gemm", (8192, 8192, 8192)),
+                 "elementwise": PhaseCost(760.0, 0.0, "memory", hbm_bytes=3 * (1 << 30))}
+"""The computes ``benchmarks/interference.py`` runs beside the copy (its first product, 8192³ bf16,
+and the 1 GiB float32 add), as the compute model sees them."""
 
 
 def kernel_rows(doc: dict, earlier: dict | None = None) -> list[KernelRow]:
@@ -105,9 +111,11 @@ def _predict(row: KernelRow, gpu: GpuSpec, params: TwinParams) -> float:
     if row.kind == "copy":
         gbps = w["ctas"] * cta_copy_gbps(gpu.hbm_gbps, Proto.SIMPLE, w["threads"], COPY_OPS_PER_BYTE, params=params)
         return w["bytes"] / COPY_OPS_PER_BYTE / (gbps * 1e6)
-    if row.kind == "copy_under":
-        return params.compute.copy_rate_under_compute
-    return compute_speed(w["ctas"], gpu, params)
+    if row.kind == "copy_under":  # beside the product: the rate fitted here; beside the add: its memory time
+        if w["compute"] == "gemm":
+            return params.compute.copy_rate_under_compute
+        return copy_ratio([UNDER_COMPUTE[w["compute"]]], gpu, params)
+    return phase_speed(UNDER_COMPUTE[w["compute"]], w["ctas"], w["by"] == "copy", gpu, params)
 
 
 @dataclass(frozen=True)

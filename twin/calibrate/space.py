@@ -30,7 +30,7 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 __all__ = ["DEFAULT_FREE", "NOT_FITTED", "PRIOR_SIGMA", "SPREAD", "FitSpace"]
 
 SPREAD = {"fraction": (0.7, 1.3), "µs": (0.8, 3.0), "ratio": (0.6, 1.6), "threads": (0.5, 2.0),
-          "bytes": (0.75, 1.5)}
+          "bytes": (0.75, 1.5), "elements": (0.5, 2.0), "passes": (0.6, 1.6)}
 """How far below and above its prior a constant of each unit may be fitted (factors).  Shares and
 efficiencies within 30 % (and never above 1); latencies at most 20 % below the prior, which comes
 from NCCL's latency tables or public hardware measurements (a faster hop than the hardware's is
@@ -40,12 +40,17 @@ thread counts within their measured spread and more."""
 PRIOR_SIGMA = math.log(1.5)
 """The Gaussian prior's width in ``x = log(value / prior)``: 50 % is one sigma."""
 
+SHAPE_MODEL = ("compute.gemm.", "compute.attention.", "compute.kernels.", "compute.interference.")
+"""The compute model's shape constants: fitted to kernel sweeps (``benchmarks/compute_fit.py``),
+which collective measurements do not see."""
+
 NOT_FITTED = ("link.nvlink.header_bytes", "link.pcie.header_bytes", "link.cpu.header_bytes",
               "compute.flops_fraction", "compute.hbm_fraction", "compute.min_speed", "net.message_us",
-              *(name for name in TwinParams.bounds() if name.startswith("fabric.")))
+              *(name for name in TwinParams.bounds() if name.startswith(("fabric.", *SHAPE_MODEL))))
 """Constants ``calibrate`` leaves alone unless asked by name (see the module docstring).  The fabric
 kinds' figures (``fabric.<kind>.*``, which ``net.*`` takes on a cluster of that kind, and the
-per-message cost, 0 on InfiniBand) are fitted by name on a cluster of that kind."""
+per-message cost, 0 on InfiniBand) are fitted by name on a cluster of that kind; the compute
+model's shape constants by ``benchmarks/compute_fit.py``."""
 
 DEFAULT_FREE = tuple(name for name in TwinParams.bounds() if name not in NOT_FITTED)
 """What ``calibrate`` may move: latencies and efficiencies per link kind and protocol, the CTA

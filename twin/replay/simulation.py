@@ -16,7 +16,7 @@ of a rank naming a peer with the k-th of the peer naming it.
 Each call moves its bytes through the fluid network as one lumped transfer
 (``twin.des.engine``), so calls that overlap share links and NICs; compute phases are
 linkless transfers whose speed communication kernels on the same GPU lower, and compute
-lowers those kernels' copy rate in turn (``twin.replay.compute``).
+lowers those kernels' copy rate in turn (``twin.compute``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from traces.schema import CollectiveEvent, ComputeEvent, Trace
 from traces.task import Op, Task
 from tuner.config import Config
 from tuner.plan import Plan
+from twin.compute import ComputeTimer, PhaseCost, copy_ratio, phase_speed
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
-from twin.replay.compute import ComputeTimer, compute_speed
 from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
 from twin.topology import Cluster
 
@@ -69,7 +69,7 @@ class _Call:
 class _Gpu:
     """What runs on one rank's GPU now: compute phases, SMs held by NCCL kernels, calls moving data."""
 
-    computes: list[Transfer] = field(default_factory=list)
+    computes: dict[Transfer, PhaseCost] = field(default_factory=dict)
     busy_sms: int = 0
     calls: list[_Call] = field(default_factory=list)
 
@@ -126,18 +126,17 @@ class _Replay:
             self.done[(rank, event.id)].succeed()
 
     def _compute(self, rank: int, event: ComputeEvent):
-        work = self.timer.time_us(event)
-        if work <= 0:
+        cost = self.timer.cost(event)
+        if cost.us <= 0:
             return
         gpu = self.gpus[rank]
-        phase = self.net.start(work * WORK_UNITS_PER_US, (), compute_speed(gpu.busy_sms, self.gpu, self.params))
-        gpu.computes.append(phase)
-        if len(gpu.computes) == 1:
-            self._recap_calls(gpu)
+        phase = self.net.start(cost.us * WORK_UNITS_PER_US, (),
+                               phase_speed(cost, gpu.busy_sms, bool(gpu.calls), self.gpu, self.params))
+        gpu.computes[phase] = cost
+        self._recap_calls(gpu)
         yield phase.done
-        gpu.computes.remove(phase)
-        if not gpu.computes:
-            self._recap_calls(gpu)
+        del gpu.computes[phase]
+        self._recap_calls(gpu)
 
     def _collective(self, rank: int, event: CollectiveEvent, key: tuple):
         call = self._call(rank, event, key)
@@ -183,9 +182,11 @@ class _Replay:
                 self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow))
             for r in call.present:
                 self.gpus[r].calls.append(call)
+                self._recap_phases(self.gpus[r])
             yield call.transfer.done
             for r in call.present:
                 self.gpus[r].calls.remove(call)
+                self._recap_phases(self.gpus[r])
         elif call.measured_us > 0:
             yield self.env.timeout(call.measured_us)
         if call.task is not None:
@@ -203,8 +204,8 @@ class _Replay:
         return mine
 
     def _call_cap(self, call: _Call) -> float:
-        computing = any(self.gpus[r].computes for r in call.present)
-        return lumped_cap_gbps(call.timed.schedule, self.params.compute.copy_rate_under_compute if computing else 1.0)
+        ratio = min(copy_ratio(self.gpus[r].computes.values(), self.gpu, self.params) for r in call.present)
+        return lumped_cap_gbps(call.timed.schedule, ratio)
 
     # ---- interference --------------------------------------------------------------------
 
@@ -212,8 +213,12 @@ class _Replay:
         if not sms:
             return
         gpu.busy_sms += sms
-        speed = compute_speed(gpu.busy_sms, self.gpu, self.params)
-        self.net.set_caps([(phase, speed) for phase in gpu.computes])
+        self._recap_phases(gpu)
+
+    def _recap_phases(self, gpu: _Gpu) -> None:
+        copying = bool(gpu.calls)
+        self.net.set_caps([(phase, phase_speed(cost, gpu.busy_sms, copying, self.gpu, self.params))
+                           for phase, cost in gpu.computes.items()])
 
     def _recap_calls(self, gpu: _Gpu) -> None:
         self.net.set_caps([(call.transfer, self._call_cap(call)) for call in gpu.calls])
