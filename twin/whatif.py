@@ -32,8 +32,10 @@ from traces.errors import CcltwinError
 from traces.schema import Trace
 from traces.task import Task
 from tuner.config import Config, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from tuner.space import CHANNEL_FIELD_MAX, ConfigError
 from twin.hardware import GPUS
+from twin.iteration import IterationBreakdown, breakdown
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Communicator, Placement, cluster_for
 from twin.rank import call_cost, rank_task
@@ -100,6 +102,9 @@ class ClusterReport:
     tuned: ReplayResult | None
     tokens_per_iteration: float | None = None
     tasks: tuple[TaskComparison, ...] = field(default=())
+    breakdown: IterationBreakdown | None = None
+    """Where the iteration's time goes with NCCL's default (``twin.iteration``)."""
+    tuned_breakdown: IterationBreakdown | None = None
 
     @property
     def best(self) -> ReplayResult:
@@ -136,6 +141,8 @@ class ClusterReport:
             "tuned": None if self.tuned is None else {**_summary(self.tuned), "cost": cost(self.tuned)},
             "speedup": None if self.speedup is None else round(self.speedup, 4),
             "tasks": [t.as_dict() for t in self.tasks],
+            "breakdown": {"default": self.breakdown and self.breakdown.as_dict(),
+                          "tuned": self.tuned_breakdown and self.tuned_breakdown.as_dict()},
             "notes": list(self.default.notes),
         }
 
@@ -231,29 +238,35 @@ def tune(trace: Trace, placement: Placement, default: ReplayResult) -> ReplayRes
 # ---- the report ----------------------------------------------------------------------------
 
 
-def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True, params: TwinParams = DEFAULT_PARAMS
-             ) -> ClusterReport:
+def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True, params: TwinParams = DEFAULT_PARAMS,
+             nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION) -> ClusterReport:
     """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given),
     with the twin's physical constants ``params``."""
     cluster = cluster_for(trace, candidate.topology, nodes=candidate.nodes)
-    return evaluate_cluster(trace, cluster, candidate, tuned=tuned, params=params)
+    return evaluate_cluster(trace, cluster, candidate, tuned=tuned, params=params, nccl_version=nccl_version)
 
 
 def evaluate_cluster(trace: Trace, cluster: Cluster, candidate: Candidate, *, tuned: bool = True,
-                     params: TwinParams = DEFAULT_PARAMS) -> ClusterReport:
+                     params: TwinParams = DEFAULT_PARAMS, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION,
+                     configs: dict[Task, Config] | None = None) -> ClusterReport:
     """Replay ``trace`` on ``cluster``, built already (an edited description, say); ``candidate``
-    names it and gives its price."""
-    placement = Placement(trace, cluster, params=params)
+    names it and gives its price.  ``configs`` (a warm-start plan's, ``plan_configs``) replace
+    the tuned search.  The job is priced for the GPUs it uses."""
+    placement = Placement(trace, cluster, nccl_version, params=params)
     default = replay(trace, cluster, placement=placement, params=params)
-    tuned_result = tune(trace, placement, default) if tuned else None
+    if configs is not None:
+        tuned_result = replay(trace, cluster, configs, placement=placement, params=params)
+    else:
+        tuned_result = tune(trace, placement, default) if tuned else None
     by_task = {t.task: t for t in tuned_result.tasks} if tuned_result else {}
     price = candidate.price_per_gpu_hour
-    gpus = len(cluster.gpus())
+    gpus = min(len(cluster.gpus()), trace.world_size)
     return ClusterReport(
         cluster=cluster.identity, topology=candidate.topology, nodes=cluster.nodes, gpus=gpus,
         gpu=cluster.gpu.model, price_per_gpu_hour=price if price is not None else cluster.gpu.price_per_gpu_hour,
         price_given=price is not None, default=default, tuned=tuned_result, tokens_per_iteration=_tokens(trace),
-        tasks=tuple(TaskComparison(t, by_task.get(t.task)) for t in default.tasks))
+        tasks=tuple(TaskComparison(t, by_task.get(t.task)) for t in default.tasks),
+        breakdown=breakdown(trace, default), tuned_breakdown=tuned_result and breakdown(trace, tuned_result))
 
 
 def what_if(trace: Trace, candidates: list[Candidate], *, tuned: bool = True, name: str = "trace",
