@@ -156,3 +156,16 @@ def test_the_job_is_a_trace_or_a_model_and_versions_are_checked(tmp_path):
     assert "--model llama: expected one of gpt" in _refused("--model", "llama")
     assert "expected MAJOR.MINOR.PATCH" in _refused(*GPT, "--nccl-version", "2.x")
     assert "no such release" in _refused(*GPT, "--nccl-version", "1.0.0")
+
+
+def test_the_whatif_html_report_stacks_the_same_breakdown(tmp_path):
+    from dashboards.figures.whatif import split_figure
+    from twin.whatif import Candidate, what_if
+
+    trace = generate(gpt_workload(hidden=512, heads=8, layers=2, seq=256, tp=2, pp=2, micro_batch=2,
+                                  global_batch=4))
+    report = what_if(trace, [Candidate("dgx-a100")], tuned=False)
+    compute, exposed, bubble = split_figure(report).data
+    split = report.clusters[0].breakdown
+    assert list(compute.y) == [split.compute_ms] and list(bubble.y) == [split.bubble_ms]
+    assert compute.y[0] + exposed.y[0] + bubble.y[0] == pytest.approx(split.iteration_ms)
