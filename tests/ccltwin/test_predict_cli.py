@@ -89,6 +89,8 @@ def test_whatif_reports_the_same_prediction(tmp_path):
     assert breakdown["iteration_ms"] == predicted["iteration_ms"]
     assert breakdown["exposed_comm_ms_by_op"] == predicted["exposed_comm_ms_by_op"]
     assert "allreduce" in breakdown["comm_ms_by_op"]  # the data-parallel gradients and TP
+    text = runner.invoke(app, ["whatif", "--trace", str(path), "--topology", "dgx-a100", "--no-tuned"]).stdout
+    assert f"## dgx-a100:8x1: iteration {predicted['iteration_ms']:,.2f} ms = compute " in text
 
 
 def test_a_warm_start_plan_is_the_tuned_run(tmp_path):
