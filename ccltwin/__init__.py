@@ -8,7 +8,7 @@ line on stderr and exit status 2 in one place, ``ccltwin.cli``.
 
 from __future__ import annotations
 
-from ccltwin import bench, calibrate, dashboard, rank, simulate, store, topology, trace, tune, whatif
+from ccltwin import bench, calibrate, dashboard, predict, rank, simulate, store, topology, trace, tune, whatif
 from ccltwin.cli import App
 
 __all__ = ["app", "main"]
@@ -18,6 +18,7 @@ app = App(help="A digital twin and live tuner for NCCL collectives.", no_args_is
 app.command()(simulate.simulate)
 app.command()(rank.rank)
 app.command()(whatif.whatif)
+app.command()(predict.predict)
 app.command()(tune.tune)
 app.command()(dashboard.dashboard)
 app.command()(bench.bench)

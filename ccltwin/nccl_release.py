@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from traces.errors import CcltwinWarning
+from traces.errors import CcltwinError, CcltwinWarning
 from tuner.knobs import DEFAULT_NCCL_VERSION, check_nccl_version
 
 DEFAULT_VERSION_TEXT = ".".join(map(str, DEFAULT_NCCL_VERSION))
@@ -34,6 +34,5 @@ def parse_nccl_version(text: str) -> tuple[int, int, int]:
     """MAJOR.MINOR.PATCH as a tuple (the range is checked by :func:`nccl_version_of`)."""
     parts = text.strip().split(".")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise typer.BadParameter(f"{text!r}: expected MAJOR.MINOR.PATCH, e.g. {DEFAULT_VERSION_TEXT}",
-                                 param_hint="--nccl-version")
+        raise CcltwinError(f"--nccl-version {text!r}: expected MAJOR.MINOR.PATCH, e.g. {DEFAULT_VERSION_TEXT}")
     return int(parts[0]), int(parts[1]), int(parts[2])

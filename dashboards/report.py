@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from os import PathLike
 
-from dashboards.figures.whatif import breakdown_figure, cost_figure, iteration_figure, summary_table
+from dashboards.figures.whatif import breakdown_figure, cost_figure, iteration_figure, split_figure, summary_table
 from dashboards.twin_api import ClusterReport, WhatIfReport, nccl_label
 from traces.summary import human_bytes
 from traces.trace_file import check_writable, write_atomic
@@ -51,7 +51,8 @@ def _table(header: tuple[str, ...], rows: list[list[str]]) -> str:
 def html_text(report: WhatIfReport, *, constants: str = "default constants") -> str:
     """The whole document as a string."""
     figures = [summary_table(report, constants=constants), iteration_figure(report, constants=constants),
-               breakdown_figure(report, constants=constants), cost_figure(report, constants=constants)]
+               split_figure(report, constants=constants), breakdown_figure(report, constants=constants),
+               cost_figure(report, constants=constants)]
     parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False})
              for i, fig in enumerate(figures)]
     t = report.trace

@@ -24,6 +24,7 @@ from tuner.space import ConfigSpace
 from tuner.store import Store
 from twin.executor import TwinExecutor
 from twin.fastpath import SubspaceSweep, sweep_subspace
+from twin.iteration import IterationBreakdown
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Communicator
 from twin.predict import Prediction, predict
@@ -40,6 +41,7 @@ __all__ = [
     "Candidate",
     "ClusterReport",
     "Communicator",
+    "IterationBreakdown",
     "ParallelismPlan",
     "PlanEntry",
     "Prediction",

@@ -35,6 +35,7 @@ from tuner.config import Config, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
 from tuner.space import CHANNEL_FIELD_MAX, ConfigError
 from twin.hardware import GPUS
+from twin.iteration import IterationBreakdown, breakdown
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Communicator, Placement, cluster_for
 from twin.rank import call_cost, rank_task
@@ -108,6 +109,9 @@ class ClusterReport:
     tuned: ReplayResult | None
     tokens_per_iteration: float | None = None
     tasks: tuple[TaskComparison, ...] = field(default=())
+    breakdown: IterationBreakdown | None = None
+    """Where the iteration's time goes with NCCL's default (``twin.iteration``)."""
+    tuned_breakdown: IterationBreakdown | None = None
 
     @property
     def best(self) -> ReplayResult:
@@ -144,6 +148,8 @@ class ClusterReport:
             "tuned": None if self.tuned is None else {**_summary(self.tuned), "cost": cost(self.tuned)},
             "speedup": None if self.speedup is None else round(self.speedup, 4),
             "tasks": [t.as_dict() for t in self.tasks],
+            "breakdown": {"default": self.breakdown and self.breakdown.as_dict(),
+                          "tuned": self.tuned_breakdown and self.tuned_breakdown.as_dict()},
             "notes": list(self.default.notes),
         }
 
@@ -248,20 +254,25 @@ def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True, params: 
 
 
 def evaluate_cluster(trace: Trace, cluster: Cluster, candidate: Candidate, *, tuned: bool = True,
-                     params: TwinParams = DEFAULT_PARAMS) -> ClusterReport:
+                     params: TwinParams = DEFAULT_PARAMS, configs: dict[Task, Config] | None = None) -> ClusterReport:
     """Replay ``trace`` on ``cluster``, built already (an edited description, say); ``candidate``
-    names it and gives its price."""
+    names it, gives its price and the NCCL release.  ``configs`` (a warm-start plan's,
+    ``plan_configs``) replace the tuned search.  The job is priced for the GPUs it uses."""
     placement = Placement(trace, cluster, candidate.nccl_version, params=params)
     default = replay(trace, cluster, placement=placement, params=params)
-    tuned_result = tune(trace, placement, default) if tuned else None
+    if configs is not None:
+        tuned_result = replay(trace, cluster, configs, placement=placement, params=params)
+    else:
+        tuned_result = tune(trace, placement, default) if tuned else None
     by_task = {t.task: t for t in tuned_result.tasks} if tuned_result else {}
     price = candidate.price_per_gpu_hour
-    gpus = len(cluster.gpus())
+    gpus = min(len(cluster.gpus()), trace.world_size)
     return ClusterReport(
         cluster=cluster.identity, topology=candidate.topology, nodes=cluster.nodes, gpus=gpus,
         gpu=cluster.gpu.model, price_per_gpu_hour=price if price is not None else cluster.gpu.price_per_gpu_hour,
         price_given=price is not None, default=default, tuned=tuned_result, tokens_per_iteration=_tokens(trace),
-        tasks=tuple(TaskComparison(t, by_task.get(t.task)) for t in default.tasks))
+        tasks=tuple(TaskComparison(t, by_task.get(t.task)) for t in default.tasks),
+        breakdown=breakdown(trace, default), tuned_breakdown=tuned_result and breakdown(trace, tuned_result))
 
 
 def what_if(trace: Trace, candidates: list[Candidate], *, tuned: bool = True, name: str = "trace",

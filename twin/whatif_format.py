@@ -93,12 +93,21 @@ def _footnotes(report: WhatIfReport) -> list[str]:
     return lines
 
 
+def _split(c) -> str:
+    """The iteration as ``ccltwin predict`` splits it (``twin.iteration``), best configuration."""
+    b = c.tuned_breakdown or c.breakdown
+    if b is None:
+        return ""
+    return (f"iteration {b.iteration_ms:,.2f} ms = compute {b.compute_ms:,.2f} + exposed communication "
+            f"{b.exposed_comm_ms:,.2f} + pipeline bubble {b.bubble_ms:,.2f} ms")
+
+
 def format_text(report: WhatIfReport, *, constants: str = "default constants") -> str:
     """The report as the terminal shows it; ``constants`` names the twin parameters it was predicted with."""
     lines = [f"# ccltwin whatif: {headline(report)}; {constants}; predicted, not measured", ""]
     lines += _table(SUMMARY_HEADER, [_summary_cells(c) for c in report.clusters], markdown=False)
     for c in report.clusters:
-        lines += ["", f"## {c.cluster}: per task (time per call and busbw as replayed, links shared)"]
+        lines += ["", f"## {c.cluster}: {_split(c)}", "per task (time per call and busbw as replayed, links shared)"]
         lines += _task_table(c, markdown=False)
     lines += [""] + [f"# note: {n}" for n in _footnotes(report)]
     return "\n".join(lines) + "\n"
@@ -116,8 +125,8 @@ def format_markdown(report: WhatIfReport, *, constants: str = "default constants
               "saved by the tuned configurations over NCCL's default choice."]
     for c in report.clusters:
         lines += ["", f"## {c.cluster}", "",
-                  f"{c.gpus} x {c.gpu}; per task, the time of one call and its bus bandwidth as replayed "
-                  "(sharing links and GPUs with the rest of the iteration).", ""]
+                  f"{c.gpus} x {c.gpu}; {_split(c)}. Per task, the time of one call and its bus bandwidth as "
+                  "replayed (sharing links and GPUs with the rest of the iteration).", ""]
         lines += _task_table(c, markdown=True)
     notes = _footnotes(report)
     if notes:

@@ -41,6 +41,24 @@ def iteration_figure(report: WhatIfReport, *, constants: str = "default constant
     return fig
 
 
+SPLIT_PARTS = (("compute_ms", "compute", "#9ecae1"), ("exposed_comm_ms", "exposed communication", "#e6550d"),
+               ("bubble_ms", "pipeline bubble and waiting", "#bdbdbd"))
+"""The parts of ``twin.iteration.IterationBreakdown`` the split figure stacks, bottom up."""
+
+
+def split_figure(report: WhatIfReport, *, constants: str = "default constants") -> go.Figure:
+    """Per cluster and configuration, the iteration (ms) as compute, exposed communication and
+    pipeline bubble (``ccltwin predict``'s breakdown)."""
+    fig = figure("Where the iteration goes", _on(report, constants), barmode="stack", yaxis_title="ms per iteration")
+    runs = [(c.cluster, kind, split) for c in report.clusters
+            for kind, split in ((DEFAULT, c.breakdown), (TUNED, c.tuned_breakdown)) if split is not None]
+    xs = [[cluster for cluster, _, _ in runs], [kind for _, kind, _ in runs]]
+    for attr, name, color in SPLIT_PARTS:
+        fig.add_bar(x=xs, y=[getattr(split, attr) for _, _, split in runs], name=name, marker_color=color,
+                    hovertemplate="%{y:,.2f} ms<extra></extra>")
+    return fig
+
+
 def op_times(c: ClusterReport, tuned: bool) -> dict[str, float]:
     """Communication time per iteration (ms) by op: calls per iteration × time per call."""
     out: dict[str, float] = defaultdict(float)

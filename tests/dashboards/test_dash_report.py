@@ -37,7 +37,7 @@ def test_the_report_is_one_file_with_plotly_inside(report, tmp_path):
 
 
 def test_the_report_renders_offline_in_chromium(report, chromium, tmp_path, screenshot):
-    """Opened from file:// with every network request refused, all four figures draw."""
+    """Opened from file:// with every network request refused, all five figures draw."""
     path = tmp_path / "report.html"
     write_html(report, path)
     context = chromium.new_context(viewport={"width": 1300, "height": 900})
@@ -53,10 +53,10 @@ def test_the_report_renders_offline_in_chromium(report, chromium, tmp_path, scre
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(path.as_uri())
-    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 8")
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 10")
     titles = page.eval_on_selector_all(".js-plotly-plot .gtitle", "ts => ts.map(t => t.textContent)")
     assert titles == ["Candidate clusters side by side", "Iteration time: NCCL default vs tuned",
-                      "Communication per op and iteration", "Cost: USD per iteration"]
+                      "Where the iteration goes", "Communication per op and iteration", "Cost: USD per iteration"]
     assert "dgx-a100 nic100:8x4" in page.text_content("body")
     screenshot(page, "report")
     assert errors == [] and refused == []

@@ -26,7 +26,7 @@ from traces.generate import (
     load_workload,
     workload,
 )
-from traces.generate.transformer import pipeline_order
+from traces.generate.pipeline import pipeline_order
 from traces.generate.workload import Workload
 from traces.schema import CollectiveEvent, ComputeEvent
 from traces.summary import summarize
@@ -211,7 +211,7 @@ def test_gradient_buckets_overlap_the_backward():
 def test_sequence_parallel_gather_feeds_the_compute_that_needs_it():
     events = generate(_tiny(tp=2, sequence_parallel=True)).ranks[0].events
     by_id = {e.id: e for e in events}
-    attn = next(e for e in events if isinstance(e, ComputeEvent) and e.name == "L0.attn")
+    attn = next(e for e in events if isinstance(e, ComputeEvent) and e.name == "L0.attn.qkv")
     (gather,) = [by_id[i] for i in attn.after]
     assert gather.op is Op.ALLGATHER and gather.group == "tp:0" and gather.stream == "tp"
 
@@ -231,7 +231,7 @@ def test_405b_on_16k_gpus_keeps_one_rank_per_stage_with_full_groups():
     sizes = Counter((g.name, len(g.ranks)) for g in trace.groups)
     assert sizes == {("tp", 8): 16, ("dp", 128): 16, ("pp", 16): 1}
     assert trace.metadata["ranks"] == "representative"
-    layers = Counter(e.name.split(".")[0] for r in trace.ranks[:2] for e in r.events if e.name.endswith(".attn"))
+    layers = Counter(e.name.split(".")[0] for r in trace.ranks[:2] for e in r.events if e.name.endswith(".attn.qkv"))
     assert len([k for k in layers if k.startswith("L")]) == 7 + 8  # 7 layers on stage 0, 8 on stage 1
     trace.validate()
 
@@ -395,8 +395,8 @@ def test_docstring_examples_run():
     import doctest
 
     import traces.generate as package
-    from traces.generate import buckets, model, parallelism, transformer
+    from traces.generate import buckets, model, parallelism, pipeline
 
-    for module in (package, buckets, model, parallelism, transformer):
+    for module in (package, buckets, model, parallelism, pipeline):
         failed, tried = doctest.testmod(module)
         assert tried and not failed, module.__name__

@@ -29,8 +29,11 @@ class RankEvents:
             return () if after[0] is None else after  # type: ignore[return-value]
         return tuple(sorted({dep for dep in after if dep is not None}))
 
-    def compute(self, name: str, flops: float, mem_bytes: int, *after: int | None) -> int:
-        """Add a compute phase; returns its id."""
+    def compute(
+        self, name: str, flops: float, mem_bytes: int, *after: int | None, category: str | None = None,
+        shape: tuple[int, ...] = (), dtype: str | None = None, kernels: int = 1,
+    ) -> int:
+        """Add a compute phase (what it is: ``traces.schema.COMPUTE_CATEGORIES``); returns its id."""
         event_id = len(self.events)
         self.events.append(
             ComputeEvent(
@@ -40,6 +43,10 @@ class RankEvents:
                 flops=float(flops),
                 mem_bytes=int(mem_bytes),
                 after=self._deps(after),
+                category=category,
+                shape=tuple(int(x) for x in shape),
+                dtype=dtype,
+                kernels=kernels,
             )
         )
         return event_id
@@ -53,8 +60,9 @@ class RankEvents:
         name: str,
         *after: int | None,
         peer: int | None = None,
+        stream: str | None = None,
     ) -> int | None:
-        """Add a collective on ``group`` (stream = the group's kind); returns its id.
+        """Add a collective on ``group`` (on ``stream``, by default the group's kind); returns its id.
 
         A collective on a group of one rank is a no-op that NCCL finishes without communicating;
         it is left out and ``None`` returned (``after`` lists skip ``None``).
@@ -70,7 +78,7 @@ class RankEvents:
                 nbytes=int(nbytes),
                 group=group.id,
                 dtype=dtype,
-                stream=group.name or "nccl",
+                stream=stream or group.name or "nccl",
                 iteration=self.iteration,
                 after=self._deps(after),
                 name=name,

@@ -36,8 +36,10 @@ def job_flops(work: Workload) -> float:
         return 3 * samples * model.forward_flops_per_sample()
     tokens = samples * model.seq_len
     per_token = model.train_flops_per_token(plan.padded_vocab(model.vocab))
-    if plan.recompute.value == "full":
+    if plan.recompute.value == "full":  # the layers' forward again
         per_token += (per_token - 6 * plan.padded_vocab(model.vocab) * model.hidden) / 3
+    elif plan.recompute.value == "selective":  # the core attention's forward again
+        per_token += 4 * model.layers * model.seq_len * model.hidden
     return tokens * per_token
 
 
@@ -61,7 +63,7 @@ def _estimate_events(work: Workload, count: int, iterations: int) -> int:
     if isinstance(model, Cnn):
         per_micro_batch = 2 * len(model.layers)
     else:
-        per_layer = 16 + (8 if plan.recompute.value == "full" else 0) + (4 if plan.cp > 1 else 0)
+        per_layer = 40 + (16 if plan.recompute.value == "full" else 0) + (4 if plan.cp > 1 else 0)
         per_micro_batch = per_layer * model.layers // plan.pp + 12
     return count * iterations * plan.micro_batches * per_micro_batch
 

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Cnn", "CnnLayer", "Model", "Transformer", "vgg_layers"]
+__all__ = ["ATTENTION_KINDS", "Cnn", "CnnLayer", "Model", "Transformer", "vgg_layers"]
+
+
+ATTENTION_KINDS = ("flash", "unfused")
+"""How attention runs: one fused kernel (FlashAttention), or matmul, softmax, dropout, matmul."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class Transformer:
     """Biases on the attention and MLP matmuls."""
     tied_embeddings: bool = False
     """The output layer reuses the input embedding's weight."""
+    attention: str = "flash"
+    """``ATTENTION_KINDS``: a fused kernel, or ``unfused`` (Megatron-LM without ``--use-flash-attn``)."""
 
     @property
     def head_dim(self) -> int:

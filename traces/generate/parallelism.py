@@ -27,9 +27,12 @@ class PipelineSchedule(StrEnum):
 
 
 class Recompute(StrEnum):
-    """Activation recomputation: none, or every layer's forward again before its backward."""
+    """Activation recomputation (Megatron-LM's ``--recompute-granularity``): none; ``selective``,
+    the core attention (scores, softmax, dropout, weighted values) again before its backward
+    (Korthikanti et al. 2022); ``full``, every layer's forward again before its backward."""
 
     NONE = "none"
+    SELECTIVE = "selective"
     FULL = "full"
 
 
@@ -68,6 +71,13 @@ class Parallelism:
     last_stage_layers: int | None = None
     """Layers of the last pipeline stage when it holds fewer (it also holds the output layer)."""
     gpus_per_node: int = 8
+    virtual_stages: int = 1
+    """Model chunks per pipeline stage (Megatron's ``--num-layers-per-virtual-pipeline-stage``):
+    more than 1 runs the interleaved 1F1B schedule, chunk ``c`` of stage ``p`` holding the layers
+    of virtual stage ``c·pp + p``."""
+    scatter_gather_pipeline: bool = True
+    """Without sequence parallelism, each TP rank sends 1/tp of the activations to the next stage,
+    which all-gathers them over TP (Megatron's ``scatter_gather_tensors_in_pipeline``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", PipelineSchedule(self.schedule))
@@ -96,6 +106,22 @@ class Parallelism:
         counts = [fixed.get(stage, rest // free if free else 0) for stage in range(self.pp)]
         starts = [sum(counts[:stage]) for stage in range(self.pp)]
         return [range(start, start + count) for start, count in zip(starts, counts, strict=True)]
+
+    def chunk_layers(self, layers: int) -> list[list[range]] | None:
+        """The layers of each model chunk of each stage (one chunk per stage without interleaving),
+        ``None`` if they cannot be split as asked.
+
+        >>> Parallelism(pp=2, virtual_stages=2).chunk_layers(8)
+        [[range(0, 2), range(4, 6)], [range(2, 4), range(6, 8)]]
+        """
+        v = self.virtual_stages
+        if v == 1:
+            stages = self.stage_layers(layers)
+            return None if stages is None else [[stage] for stage in stages]
+        if self.first_stage_layers is not None or self.last_stage_layers is not None or layers % (self.pp * v):
+            return None
+        per = layers // (self.pp * v)
+        return [[range((c * self.pp + p) * per, (c * self.pp + p + 1) * per) for c in range(v)] for p in range(self.pp)]
 
     def padded_vocab(self, vocab: int) -> int:
         multiple = self.vocab_divisible_by * self.tp

@@ -15,24 +15,35 @@ sequence parallelism):
   all-reduces three per-token fp32 values;
 - context parallelism all-gathers K and V over the CP group before attention and
   reduce-scatters their gradients (Llama 3);
-- pipeline stages exchange activations and their gradients, ``s·b·h`` (over ``t`` with
-  sequence parallelism), in a 1F1B or GPipe schedule.
+- pipeline stages exchange activations and their gradients, ``s·b·h / t``: with sequence
+  parallelism each rank holds that split, without it each TP rank sends its ``1/t`` and the
+  receiving stage all-gathers it over TP (Megatron's ``scatter_gather_tensors_in_pipeline``);
+  in a 1F1B, interleaved 1F1B (``virtual_stages`` model chunks per stage) or GPipe schedule.
+
+Compute is generated as the kernels Megatron runs, each phase saying what it is
+(``traces.schema.ComputeEvent``: category, shape, dtype, kernels): per block a norm (memory),
+the column-parallel GEMM ``(tokens, out/t, hidden)``, the core attention (fused or unfused,
+``(batch, heads/t, seq_q, seq_kv, head_dim)``) or the MLP activation, the row-parallel GEMM,
+and the fused bias-dropout-residual add; backward a data-gradient and a weight-gradient GEMM
+per matmul. Element-wise work runs on ``tokens / t`` with sequence parallelism and on all tokens
+(replicated over TP) without. Selective recompute runs the core attention forward again before
+its backward, full recompute the whole layer (its TP collectives included).
 
 After the last micro-batch: sequence-parallel parameter gradients (norms, row-parallel biases)
 are all-reduced over TP, tied embeddings over the first and last stage, then gradients over
-data parallelism by ZeRO stage (see ``Parallelism.zero``) in buckets, the optimizer steps, and with
-ZeRO ≥ 1 the updated parameters are all-gathered. Scalar reductions (loss averaging, gradient
-norm, overflow checks) are left out: 4-byte calls that nothing tunes.
+data parallelism by ZeRO stage (see ``Parallelism.zero``) in buckets, gradients are unscaled
+and clipped, the optimizer steps, and with ZeRO ≥ 1 the updated parameters are all-gathered.
+Scalar reductions (loss averaging, gradient norm, overflow checks) are left out: 4-byte calls
+that nothing tunes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from traces.generate.buckets import Bucket, GradUnit, assign_buckets
 from traces.generate.events import RankEvents
 from traces.generate.model import Transformer
-from traces.generate.parallelism import Layout, Parallelism, PipelineSchedule, Recompute
+from traces.generate.parallelism import Layout, Parallelism, Recompute
+from traces.generate.pipeline import Message, interleaved_order, message_order, needs, pipeline_order
 from traces.generate.workload import WorkloadError
 from traces.task import DTYPE_BYTES, Op
 
@@ -40,31 +51,22 @@ __all__ = ["TransformerRank", "pipeline_order"]
 
 ADAM_FLOPS_PER_PARAM = 12
 ADAM_BYTES_PER_PARAM = 32  # fp32 master weight, two moments, gradient: read and written
-
-
-def pipeline_order(schedule: PipelineSchedule, stages: int, stage: int, micro_batches: int) -> list[tuple[str, int]]:
-    """("F"|"B", micro-batch) in the order ``stage`` runs them.
-
-    >>> pipeline_order(PipelineSchedule.ONE_F_ONE_B, 4, 1, 4)
-    [('F', 0), ('F', 1), ('F', 2), ('B', 0), ('F', 3), ('B', 1), ('B', 2), ('B', 3)]
-    """
-    if schedule is PipelineSchedule.GPIPE:
-        return [("F", j) for j in range(micro_batches)] + [("B", j) for j in range(micro_batches)]
-    warmup = min(stages - stage - 1, micro_batches)
-    order = [("F", j) for j in range(warmup)]
-    for j in range(micro_batches - warmup):
-        order += [("F", warmup + j), ("B", j)]
-    return order + [("B", j) for j in range(micro_batches - warmup, micro_batches)]
-
-
-@dataclass(frozen=True)
-class _Block:
-    """One column- then row-parallel block (attention or MLP) of a layer, per rank and micro-batch."""
-
-    name: str
-    column_flops: float  # forward FLOPs of the first (column-parallel) matmul
-    rest_flops: float  # forward FLOPs of everything after it (core, row-parallel matmul)
-    mem_bytes: int  # forward bytes moved
+CLIP_BYTES_PER_PARAM = 20
+"""Loss-scale unscaling with its inf/NaN check (fp32 gradient read and written), the gradient
+norm (read) and clipping (read and written): five 4-byte passes per parameter."""
+XENT_FWD_BYTES_PER_LOGIT = 38
+"""Megatron's vocabulary-parallel cross entropy on fp32 logits: the cast (2 read, 4 written),
+max (4), subtract and exp in place (8 + 8), sum (4), softmax kept for backward (8)."""
+XENT_BWD_BYTES_PER_LOGIT = 18
+"""Its backward: softmax minus one-hot times the loss gradient (12), cast to the model dtype (6)."""
+UNFUSED_SCORE_PASSES = (6, 10)
+"""Unfused attention moves the ``batch·heads·seq_q·seq_kv`` scores through memory: forward
+written by the QK matmul, read and written by the fused scale-mask-softmax and by dropout,
+read by the PV matmul (6 passes); backward about 10."""
+ATTENTION_KERNELS = {"flash": (1, 3), "unfused": (4, 7)}
+"""GPU kernels of core attention, forward and backward: FlashAttention's forward; its backward
+with the dO·O pre-pass and the dQ conversion. Unfused: QK matmul, softmax, dropout, PV matmul;
+backward two matmuls per forward matmul, softmax and dropout backward, the scale."""
 
 
 def _last(*ids: int | None) -> int | None:
@@ -86,35 +88,24 @@ class TransformerRank:
         t, m = plan.tp, model
         self.first, self.last = self.at.pp == 0, self.at.pp == plan.pp - 1
         self._sp = plan.sequence_parallel and plan.tp > 1
-        stages = plan.stage_layers(m.layers)
-        if stages is None:
+        chunks = plan.chunk_layers(m.layers)
+        if chunks is None:
             raise WorkloadError(f"plan cannot split {m.layers} layers into {plan.pp} stages")
-        self.layers = stages[self.at.pp]
+        self.chunks = chunks[self.at.pp]
+        self.layers = [layer for chunk in self.chunks for layer in chunk]
         self.vocab = plan.padded_vocab(m.vocab)
         self.db = DTYPE_BYTES[m.dtype]
         self.grad_dtype = plan.grad_dtype or m.dtype
         self.tokens = plan.micro_batch_size * m.seq_len // plan.cp  # per micro-batch, per TP group
+        self.local = self.tokens // t if self._sp else self.tokens  # tokens of each rank's element-wise work
         self.act_bytes = self.tokens * m.hidden * self.db  # s·b·h: a TP all-gather's output
-        h, T = m.hidden, self.tokens
-        attention = 4 * T * m.seq_len * h / t
-        self.blocks = (
-            _Block(
-                "attn",
-                2 * T * h * m.qkv_width / t,
-                attention + 2 * T * h * h / t,
-                self._matmul_mem(h, m.qkv_width // t) + self._matmul_mem(h // t, h) + T * h // t * 3 * self.db,
-            ),
-            _Block(
-                "mlp",
-                2 * T * h * m.mlp_up_width / t,
-                2 * T * m.ffn * h / t,
-                self._matmul_mem(h, m.mlp_up_width // t) + self._matmul_mem(m.ffn // t, h),
-            ),
-        )
         self.kv_bytes = plan.micro_batch_size * m.seq_len * 2 * (m.kv_heads // t) * m.head_dim * self.db
         self.gate: tuple[int | None, ...] = ()  # what the next iteration's first event waits for
         self.step: int | None = None  # the last optimizer step
-        self.loss: int | None = None  # the last stage's loss of the current micro-batch
+        self.loss: dict[int, int | None] = {}  # micro-batch → the last stage's loss
+        self.queues: dict[int, list[Message]] = {}  # interleaved: neighbour stage → messages in agreed order
+        self.cursor: dict[int, int] = {}
+        self.received: dict[Message, int | None] = {}
         self.backward_end: int | None = None
         self.reductions: list[int | None] = []
         self.reduce_now = False  # whether this micro-batch's backward reduces gradients
@@ -125,9 +116,48 @@ class TransformerRank:
         self.closing = {units[bucket.units[-1]].name: index for index, bucket in enumerate(self.buckets)}
         """Gradient unit → the bucket it completes (reduced as soon as it is ready, with a bucket cap)."""
 
-    def _matmul_mem(self, k: int, n: int) -> int:
-        """Bytes a ``tokens × k`` by ``k × n`` matmul reads and writes."""
-        return (k * n + self.tokens * k + self.tokens * n) * self.db
+    # ---- compute phases -----------------------------------------------------------------
+
+    def _gemm(self, name: str, m: int, n: int, k: int, *after: int | None) -> int:
+        """An ``m × k`` by ``k × n`` matrix multiply: ``2·m·n·k`` FLOPs, its operands read and result written."""
+        return self.out.compute(
+            name, 2 * m * n * k, (m * k + k * n + m * n) * self.db, *after,
+            category="gemm", shape=(m, n, k), dtype=self.model.dtype,
+        )
+
+    def _memory(self, name: str, nbytes: int, *after: int | None, kernels: int = 1) -> int:
+        """Element-wise work (norms, activations, dropout, residual adds) bound by the bytes it moves."""
+        return self.out.compute(name, 0, nbytes, *after, category="memory", dtype=self.model.dtype, kernels=kernels)
+
+    def _attention(self, name: str, backward: bool, *after: int | None) -> int:
+        """Core attention of this rank's heads: ``4·tokens·seq·hidden/t`` FLOPs forward, twice that backward."""
+        m, plan = self.model, self.parallelism
+        heads, b = m.heads // plan.tp, plan.micro_batch_size
+        seq_q = m.seq_len // plan.cp
+        shape = (b, heads, seq_q, m.seq_len, m.head_dim)
+        flops = 4 * self.tokens * m.seq_len * m.hidden / plan.tp * (2 if backward else 1)
+        io = (8 if backward else 4) * self.tokens * heads * m.head_dim * self.db  # Q, K, V, O (and their gradients)
+        kernels = ATTENTION_KERNELS[m.attention][int(backward)]
+        if m.attention == "flash":
+            return self.out.compute(name, flops, io, *after, category="attention", shape=shape, dtype=m.dtype,
+                                    kernels=kernels)
+        scores = b * heads * seq_q * m.seq_len * UNFUSED_SCORE_PASSES[int(backward)] * self.db
+        return self.out.compute(name, flops, io + scores, *after, category="attention-unfused", shape=shape,
+                                dtype=m.dtype, kernels=kernels)
+
+    def _norm(self, name: str, backward: bool, *after: int | None) -> int:
+        """LayerNorm/RMSNorm of this rank's tokens: x read, y written (backward: x, dy read, dx
+        written, and the weight gradient reduced in a second kernel)."""
+        elements = self.local * self.model.hidden
+        if backward:
+            return self._memory(name, 3 * elements * self.db, *after, kernels=2)
+        return self._memory(name, 2 * elements * self.db, *after)
+
+    def _residual(self, name: str, backward: bool, *after: int | None) -> int:
+        """Megatron's fused bias-dropout-add: x, bias and residual read, output and 1-byte mask
+        written (backward: gradient and mask read, gradient written)."""
+        elements = self.local * self.model.hidden
+        return self._memory(name, ((2 if backward else 3) * self.db + 1) * elements, *after)
 
     # ---- gradient units -----------------------------------------------------------------
 
@@ -166,51 +196,135 @@ class TransformerRank:
             op, self.act_bytes if nbytes is None else nbytes, self.tp, dtype or self.model.dtype, name, after
         )
 
-    def _block_forward(
-        self, layer: int, block: _Block, prev: int | None, tag: str, gathered: int | None = None
-    ) -> int | None:
-        out = self.out
-        sp = self._sp
-        gather = self._tp(Op.ALLGATHER, f"sp-gather.{block.name}", prev) if sp else None
-        prev = _last(prev, gather)
-        flops = block.column_flops + block.rest_flops
-        if block.name == "attn" and self.parallelism.cp > 1:
-            qkv = out.compute(f"L{layer}.qkv{tag}", block.column_flops, block.mem_bytes // 3, prev, gathered)
-            kv = out.collective(Op.ALLGATHER, self.kv_bytes, self.cp, self.model.dtype, "cp-gather.kv", qkv)
-            prev, flops, gathered = _last(qkv, kv), block.rest_flops, None
-        compute = out.compute(f"L{layer}.{block.name}{tag}", flops, block.mem_bytes, prev, gathered)
-        if sp:
-            return _last(compute, self._tp(Op.REDUCESCATTER, f"sp-scatter.{block.name}", compute))
-        return _last(compute, self._tp(Op.ALLREDUCE, f"tp-reduce.{block.name}", compute))
+    @property
+    def _pp_split(self) -> bool:
+        """Whether a pipeline send carries 1/t of the activations (sequence parallelism or scatter-gather)."""
+        return self._sp or (self.parallelism.scatter_gather_pipeline and self.parallelism.tp > 1)
 
-    def _column_backward(
-        self, name: str, main_flops: float, wgrad_flops: float, mem: int, prev: int | None, gather_grad: bool
-    ) -> tuple[int | None, int]:
-        """Backward of (optionally a row-parallel matmul, then) a column-parallel matmul.
+    @property
+    def _pp_bytes(self) -> int:
+        return self.act_bytes // self.parallelism.tp if self._pp_split else self.act_bytes
 
-        Returns the event that delivers the input gradient and the weight-gradient compute.
-        """
-        out, sp = self.out, self._sp
-        grad = self._tp(Op.ALLGATHER, f"sp-gather.{name}.grad", prev) if sp and gather_grad else None
-        regather = self._tp(Op.ALLGATHER, f"sp-gather.{name}.input", _last(prev, grad)) if sp else None
-        main = out.compute(f"{name}.bwd", main_flops, mem, _last(prev, grad))
-        op, label = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
-        reduce = self._tp(op, f"{label}.{name}.grad", main)
-        wgrad = out.compute(f"{name}.wgrad", wgrad_flops, mem // 2, main, regather)
-        return _last(main, reduce), wgrad
+    def _pp_stream(self, peer: int) -> str | None:
+        """Interleaved chunks: one stream per neighbour, as Megatron's batched sends and receives
+        to both neighbours progress at once; otherwise the group's."""
+        return f"pp-{peer}" if self.parallelism.virtual_stages > 1 else None
 
-    def _block_backward(self, layer: int, block: _Block, prev: int | None) -> tuple[int | None, int]:
-        main_flops = 2 * block.rest_flops + block.column_flops
-        cp_grad = None
-        if block.name == "attn" and self.parallelism.cp > 1:
-            # K and V gradients of the whole sequence go back to their owners
-            cp_grad = self.out.collective(
-                Op.REDUCESCATTER, self.kv_bytes, self.cp, self.model.dtype, "cp-scatter.kv", prev
-            )
-        reduced, wgrad = self._column_backward(
-            f"L{layer}.{block.name}", main_flops, block.column_flops, 2 * block.mem_bytes, prev, gather_grad=True
+    def _pp_recv(self, what: str, peer: int, *after: int | None) -> int | None:
+        """Receive activations (or their gradient) from ``peer``; without sequence parallelism the
+        split received is all-gathered over TP."""
+        recv = self.out.collective(
+            Op.SENDRECV, self._pp_bytes, self.pp, self.model.dtype, f"pp-recv.{what}", *after, peer=peer,
+            stream=self._pp_stream(peer),
         )
-        return _last(reduced, cp_grad), wgrad
+        if self._pp_split and not self._sp:
+            return _last(recv, self._tp(Op.ALLGATHER, f"pp-gather.{what}", recv))
+        return recv
+
+    def _pp_send(self, what: str, peer: int, after: int | None) -> int | None:
+        return self.out.collective(
+            Op.SENDRECV, self._pp_bytes, self.pp, self.model.dtype, f"pp-send.{what}", after, peer=peer,
+            stream=self._pp_stream(peer),
+        )
+
+    def _receive(self, message: Message, *after: int | None) -> int | None:
+        """The event delivering ``message`` from the stage that produced it."""
+        if self.parallelism.virtual_stages == 1:
+            return self._pp_recv(message[0], self.pp.ranks[message[3]], *after)
+        if message not in self.received:
+            self._exchange(message[3], message, after)
+        return self.received.pop(message)
+
+    def _send(self, message: Message, after: int | None) -> int | None:
+        receiver = (message[3] + (1 if message[0] == "act" else -1)) % self.parallelism.pp
+        if self.parallelism.virtual_stages == 1:
+            return self._pp_send(message[0], self.pp.ranks[receiver], after)
+        return self._exchange(receiver, message, (after,))
+
+    def _exchange(self, peer: int, target: Message, after: tuple[int | None, ...]) -> int | None:
+        """Interleaved chunks: issue the messages with stage ``peer`` in the order both agree on
+        (``message_order``) up to ``target``; receives that come first are issued early."""
+        queue = self.queues[peer]
+        while True:
+            message = queue[self.cursor[peer]]
+            self.cursor[peer] += 1
+            if message[3] == self.at.pp:
+                if message != target:
+                    raise AssertionError(f"{target} sent out of the agreed order (expected {message})")
+                return self._pp_send(message[0], self.pp.ranks[peer], *after)
+            self.received[message] = self._pp_recv(message[0], self.pp.ranks[peer], *after)
+            if message == target:
+                return None
+
+    def _needs(self, kind: str, micro_batch: int, chunk: int) -> Message:
+        need = needs(kind, micro_batch, chunk, self.at.pp, self.parallelism.pp, len(self.chunks))
+        assert need is not None
+        return need
+
+    def _ends(self, chunk: int) -> tuple[bool, bool]:
+        """Whether ``chunk`` of this stage holds the embedding (first) and the output layer (last)."""
+        return self.first and chunk == 0, self.last and chunk == len(self.chunks) - 1
+
+    # ---- one block ----------------------------------------------------------------------
+
+    def _reduce_out(self, name: str, after: int) -> int | None:
+        """The row-parallel output: reduce-scattered (sequence parallelism) or all-reduced over TP."""
+        if self._sp:
+            return _last(after, self._tp(Op.REDUCESCATTER, f"sp-scatter.{name}", after))
+        return _last(after, self._tp(Op.ALLREDUCE, f"tp-reduce.{name}", after))
+
+    def _block_forward(self, layer: int, name: str, prev: int | None, tag: str, gathered: int | None) -> int:
+        m, t, T, h = self.model, self.parallelism.tp, self.tokens, self.model.hidden
+        label = f"L{layer}.{name}"
+        x = self._norm(f"{label}.norm{tag}", False, prev, gathered)
+        if self._sp:
+            x = _last(x, self._tp(Op.ALLGATHER, f"sp-gather.{name}", x))
+        if name == "attn":
+            qkv = self._gemm(f"{label}.qkv{tag}", T, m.qkv_width // t, h, x)
+            kv = None
+            if self.parallelism.cp > 1:
+                kv = self.out.collective(Op.ALLGATHER, self.kv_bytes, self.cp, m.dtype, "cp-gather.kv", qkv)
+            core = self._attention(f"{label}.core{tag}", False, qkv, kv)
+            row = self._gemm(f"{label}.proj{tag}", T, h, h // t, core)
+        else:
+            up = self._gemm(f"{label}.fc1{tag}", T, m.mlp_up_width // t, h, x)
+            act = self._memory(f"{label}.act{tag}", (m.mlp_up_width + m.ffn) // t * T * self.db, up)
+            row = self._gemm(f"{label}.fc2{tag}", T, h, m.ffn // t, act)
+        return self._residual(f"{label}.residual{tag}", False, self._reduce_out(name, row))
+
+    def _block_backward(self, layer: int, name: str, prev: int | None) -> tuple[int, int]:
+        """Backward of a block; returns the event that delivers its input gradient and its last
+        weight-gradient GEMM."""
+        m, plan, T, h = self.model, self.parallelism, self.tokens, self.model.hidden
+        t, label, sp = plan.tp, f"L{layer}.{name}", self._sp
+        cp_grad = None
+        if name == "attn" and plan.cp > 1:  # K and V gradients of the whole sequence go back to their owners
+            cp_grad = self.out.collective(Op.REDUCESCATTER, self.kv_bytes, self.cp, m.dtype, "cp-scatter.kv", prev)
+        x = self._residual(f"{label}.residual.bwd", True, prev)
+        if sp:
+            x = _last(x, self._tp(Op.ALLGATHER, f"sp-gather.{label}.grad", x))
+        regather = self._tp(Op.ALLGATHER, f"sp-gather.{label}.input", x) if sp else None
+        if name == "attn":
+            row, row_in, col_out = "proj", h // t, m.qkv_width // t
+        else:
+            row, row_in, col_out = "fc2", m.ffn // t, m.mlp_up_width // t
+        dgrad = self._gemm(f"{label}.{row}.dgrad", T, row_in, h, x)
+        wgrad = self._gemm(f"{label}.{row}.wgrad", row_in, h, T, dgrad)
+        if name == "attn":
+            again = None
+            if plan.recompute is Recompute.SELECTIVE:
+                again = self._attention(f"{label}.core.recompute", False, wgrad)
+            inner = self._attention(f"{label}.core.bwd", True, wgrad, again)
+            column = "qkv"
+        else:
+            inner = self._memory(f"{label}.act.bwd", (2 * m.mlp_up_width + m.ffn) // t * T * self.db, wgrad)
+            column = "fc1"
+        dgrad = self._gemm(f"{label}.{column}.dgrad", T, h, col_out, inner)
+        op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
+        reduce = self._tp(op, f"{kind}.{label}.grad", dgrad)
+        wgrad = self._gemm(f"{label}.{column}.wgrad", h, col_out, T, dgrad, regather)
+        norm = self._norm(f"{label}.norm.bwd", True, _last(dgrad, reduce))
+        return _last(norm, cp_grad), wgrad
 
     # ---- one micro-batch ----------------------------------------------------------------
 
@@ -224,85 +338,85 @@ class TransformerRank:
 
     def _layer_forward(self, layer: int, prev: int | None, tag: str = "") -> int | None:
         gathered = self._fsdp_gather(f"layer{layer}", self._layer_params())
-        for block in self.blocks:
-            prev = self._block_forward(layer, block, prev, tag, gathered)
+        for name in ("attn", "mlp"):
+            prev = self._block_forward(layer, name, prev, tag, gathered)
             gathered = None
         return prev
 
-    def forward(self) -> None:
-        out, m = self.out, self.model
+    def forward(self, micro_batch: int, chunk: int = 0) -> None:
+        m = self.model
         T, h = self.tokens, m.hidden
-        if self.first:
-            prev = out.compute("embedding.fwd", 0, 2 * T * h * self.db, *self.gate)
+        first, last = self._ends(chunk)
+        if first:
+            prev = self._memory("embedding.fwd", 2 * T * h * self.db, *self.gate)
             op = Op.ALLREDUCE if self.parallelism.embedding_allreduce or not self._sp else Op.REDUCESCATTER
             prev = _last(prev, self._tp(op, "tp-reduce.embedding", prev))
         else:
-            previous_stage = self.pp.ranks[self.at.pp - 1]
-            prev = out.collective(
-                Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-recv.act", *self.gate, peer=previous_stage
-            )
+            prev = self._receive(self._needs("F", micro_batch, chunk), *self.gate)
         self.gate = ()
-        for layer in self.layers:
+        for layer in self.chunks[chunk]:
             prev = self._layer_forward(layer, prev)
-        if not self.last:
-            next_stage = self.pp.ranks[self.at.pp + 1]
-            out.collective(Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-send.act", prev, peer=next_stage)
+        if not last:
+            self._send(("act", micro_batch, chunk, self.at.pp), prev)
             return
+        prev = self._norm("final_norm.fwd", False, prev)
         gather = self._tp(Op.ALLGATHER, "sp-gather.output", prev) if self._sp else None
-        flops = 2 * T * h * self.vocab / self.parallelism.tp
-        prev = out.compute("output.fwd", flops, self._output_mem, _last(prev, gather))
+        prev = self._gemm("output.fwd", T, self.vocab // self.parallelism.tp, h, _last(prev, gather))
         for name in ("max", "target", "sum-exp"):  # vocabulary-parallel cross entropy
-            xent = self._tp(Op.ALLREDUCE, f"tp-reduce.xent-{name}", prev, nbytes=T * 4, dtype="float32")
-            prev = _last(prev, xent)
-        self.loss = prev
+            prev = _last(prev, self._memory(f"xent.{name}", self._logits * XENT_FWD_BYTES_PER_LOGIT // 3, prev,
+                                            kernels=3))
+            prev = _last(prev, self._tp(Op.ALLREDUCE, f"tp-reduce.xent-{name}", prev, nbytes=T * 4, dtype="float32"))
+        self.loss[micro_batch] = prev
 
     @property
-    def _pp_bytes(self) -> int:
-        return self.act_bytes // self.parallelism.tp if self._sp else self.act_bytes
+    def _logits(self) -> int:
+        """Logits of this rank's vocabulary shard in one micro-batch."""
+        return self.tokens * self.vocab // self.parallelism.tp
 
-    @property
-    def _output_mem(self) -> int:
-        return self._matmul_mem(self.model.hidden, self.vocab // self.parallelism.tp)
+    def _output_backward(self, micro_batch: int) -> int | None:
+        """Cross entropy and the output layer backward (a column-parallel matmul) and the final norm."""
+        T, h, sp = self.tokens, self.model.hidden, self._sp
+        shard = self.vocab // self.parallelism.tp
+        xent = self._memory("xent.bwd", self._logits * XENT_BWD_BYTES_PER_LOGIT, self.loss.pop(micro_batch), kernels=4)
+        regather = self._tp(Op.ALLGATHER, "sp-gather.output.input", xent) if sp else None
+        dgrad = self._gemm("output.dgrad", T, h, shard, xent)
+        op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
+        reduce = self._tp(op, f"{kind}.output.grad", dgrad)
+        wgrad = self._gemm("output.wgrad", h, shard, T, dgrad, regather)
+        self._grads_ready(("output",), wgrad)
+        norm = self._norm("final_norm.bwd", True, _last(dgrad, reduce))
+        self._grads_ready(("final_norm",), norm)
+        return norm
 
-    def backward(self, last_micro_batch: bool) -> None:
-        out, m = self.out, self.model
-        self.reduce_now = self.parallelism.zero >= 2 or last_micro_batch
-        if self.reduce_now:
-            self.reductions = []
+    def backward(self, micro_batch: int, chunk: int = 0) -> None:
+        out, m, plan = self.out, self.model, self.parallelism
+        first, last = self._ends(chunk)
+        self.reduce_now = plan.zero >= 2 or micro_batch == plan.micro_batches - 1
         T, h = self.tokens, m.hidden
-        if self.last:
-            flops = 2 * T * h * self.vocab / self.parallelism.tp
-            prev, wgrad = self._column_backward("output", flops, flops, 2 * self._output_mem, self.loss, False)
-            self._grads_ready(("output", "final_norm"), wgrad)
-        else:
-            next_stage = self.pp.ranks[self.at.pp + 1]
-            prev = out.collective(Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-recv.grad", peer=next_stage)
+        prev = self._output_backward(micro_batch) if last else self._receive(self._needs("B", micro_batch, chunk))
         grad_bytes = DTYPE_BYTES[self.grad_dtype]
-        for layer in reversed(self.layers):
-            if self.parallelism.recompute is Recompute.FULL:
+        for layer in reversed(self.chunks[chunk]):
+            if plan.recompute is Recompute.FULL:
                 prev = self._layer_forward(layer, prev, ".recompute")
             gathered = self._fsdp_gather(f"layer{layer}", self._layer_params())
             wgrad = None
-            for block in reversed(self.blocks):
-                prev, wgrad = self._block_backward(layer, block, _last(prev, gathered))
+            for name in ("mlp", "attn"):
+                prev, wgrad = self._block_backward(layer, name, _last(prev, gathered))
                 gathered = None
             self._grads_ready((f"layer{layer}",), wgrad)
-            if self.parallelism.zero >= 3:
+            if plan.zero >= 3:
                 out.collective(
                     Op.REDUCESCATTER, self._layer_params() * grad_bytes, self.grad, self.grad_dtype,
                     f"fsdp-scatter.layer{layer}", wgrad,
                 )
-        if self.first:
+        if first:
             grad = self._tp(Op.ALLGATHER, "sp-gather.embedding.grad", prev) if self._sp else None
-            self.backward_end = out.compute("embedding.bwd", 0, 2 * T * h * self.db, _last(prev, grad))
+            self.backward_end = self._memory("embedding.bwd", 2 * T * h * self.db, _last(prev, grad))
             self._grads_ready(("embedding",), self.backward_end)
         else:
-            previous_stage = self.pp.ranks[self.at.pp - 1]
-            self.backward_end = out.collective(
-                Op.SENDRECV, self._pp_bytes, self.pp, m.dtype, "pp-send.grad", prev, peer=previous_stage
-            )
-        if self.reduce_now and self.parallelism.grad_bucket_bytes is None:
-            self.reductions = [self._reduce_bucket(index, self.backward_end) for index in range(len(self.buckets))]
+            self.backward_end = self._send(("grad", micro_batch, chunk, self.at.pp), prev)
+        if self.reduce_now and plan.grad_bucket_bytes is None and chunk == 0:
+            self.reductions += [self._reduce_bucket(index, self.backward_end) for index in range(len(self.buckets))]
 
     # ---- end of the iteration -----------------------------------------------------------
 
@@ -344,7 +458,10 @@ class TransformerRank:
             )
         params = sum(u.params for u in self.grad_units())
         shard = params if self.parallelism.zero == 0 else params // len(self.grad.ranks)
-        optimizer = out.compute("optimizer", ADAM_FLOPS_PER_PARAM * shard, ADAM_BYTES_PER_PARAM * shard, end, *waits)
+        clip = out.compute("grad-clip", 0, CLIP_BYTES_PER_PARAM * shard, end, *waits, category="memory",
+                           dtype="float32", kernels=3)
+        optimizer = out.compute("optimizer", ADAM_FLOPS_PER_PARAM * shard, ADAM_BYTES_PER_PARAM * shard, clip,
+                                category="optimizer", dtype="float32")
         gathers = []
         if self.parallelism.zero >= 1:
             gathers = [
@@ -358,12 +475,20 @@ class TransformerRank:
 
     def build(self, iterations: int) -> RankEvents:
         plan = self.parallelism
+        if plan.virtual_stages > 1:
+            order = interleaved_order(plan.pp, self.at.pp, plan.micro_batches, plan.virtual_stages)
+            pairs = message_order(plan.pp, plan.micro_batches, plan.virtual_stages)
+            stage = self.at.pp
+            self.queues = {(set(pair) - {stage}).pop(): messages for pair, messages in pairs.items() if stage in pair}
+        else:
+            order = [(kind, j, 0) for kind, j in pipeline_order(plan.schedule, plan.pp, self.at.pp, plan.micro_batches)]
         for iteration in range(iterations):
             self.out.iteration = iteration
-            for kind, micro_batch in pipeline_order(plan.schedule, plan.pp, self.at.pp, plan.micro_batches):
+            self.cursor = dict.fromkeys(self.queues, 0)
+            for kind, micro_batch, chunk in order:
                 if kind == "F":
-                    self.forward()
+                    self.forward(micro_batch, chunk)
                 else:
-                    self.backward(micro_batch == plan.micro_batches - 1)
+                    self.backward(micro_batch, chunk)
             self.finish_iteration()
         return self.out

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from traces.errors import TraceError
-from traces.generate.model import Cnn, CnnLayer, Model, Transformer, vgg_layers
+from traces.generate.model import ATTENTION_KINDS, Cnn, CnnLayer, Model, Transformer, vgg_layers
 from traces.generate.parallelism import Parallelism, PipelineSchedule, Recompute
 from traces.task import DTYPE_BYTES
 from traces.yaml_text import YamlError, read_yaml
@@ -167,6 +167,7 @@ def _transformer(f: _Fields) -> Transformer:
         norm=f.choice("norm", ["rmsnorm", "layernorm"], "rmsnorm"),
         bias=f.flag("bias", False),
         tied_embeddings=f.flag("tied_embeddings", False),
+        attention=f.choice("attention", list(ATTENTION_KINDS), "flash"),
     )
     if model.hidden % model.heads:
         f.fail(f"{f.where('heads')}: {model.heads} does not divide {f.where('hidden')} ({model.hidden})")
@@ -237,6 +238,8 @@ def parallelism_from_dict(doc: Any, path: str | None = None, section: str = "pla
         first_stage_layers=f.integer("first_stage_layers", None, minimum=0, nullable=True),
         last_stage_layers=f.integer("last_stage_layers", None, minimum=0, nullable=True),
         gpus_per_node=f.integer("gpus_per_node", 8),
+        virtual_stages=f.integer("virtual_stages", 1),
+        scatter_gather_pipeline=f.flag("scatter_gather_pipeline", True),
     )
     world = f.integer("world_size", None, nullable=True)
     if world is not None and world != plan.world_size:
@@ -266,7 +269,16 @@ def check_fit(model: Model, plan: Parallelism, path: str | None = None) -> None:
         ("tp", plan.tp, "ffn", model.ffn),
         ("cp", plan.cp, "seq_len", model.seq_len),
     ]
-    if plan.first_stage_layers is None and plan.last_stage_layers is None:
+    if plan.virtual_stages > 1:
+        if plan.first_stage_layers is not None or plan.last_stage_layers is not None:
+            fail("plan.virtual_stages: interleaved stages hold equal layer counts; drop first/last_stage_layers")
+        if model.layers % (plan.pp * plan.virtual_stages):
+            fail(f"plan.virtual_stages: pp·virtual_stages = {plan.pp}·{plan.virtual_stages} does not divide "
+                 f"model.layers ({model.layers})")
+        if plan.micro_batches % plan.pp:
+            fail(f"plan.micro_batches: the interleaved schedule needs a multiple of pp = {plan.pp}, "
+                 f"got {plan.micro_batches}")
+    elif plan.first_stage_layers is None and plan.last_stage_layers is None:
         divides.append(("pp", plan.pp, "layers", model.layers))
     elif plan.stage_layers(model.layers) is None:
         fail(

@@ -56,11 +56,14 @@ def translations(members: tuple[int, ...], world_size: int) -> list[tuple[int, .
 
 def cluster_for(trace: Trace, topology: str, *, nodes: int | None = None, **options) -> Cluster:
     """``topology`` (a preset or YAML file) with ``nodes`` nodes, or with as many as the trace's
-    world size needs; ``options`` go to ``load_cluster`` (``gpus_per_node``, ``nic_gbps``...)."""
+    world size needs (a job smaller than one node gets that many of its GPUs); ``options`` go to
+    ``load_cluster`` (``gpus_per_node``, ``nic_gbps``...)."""
     cluster = load_cluster(topology, nodes=nodes, **options)
     needed = max(1, -(-trace.world_size // cluster.gpus_per_node))
     if nodes is None and cluster.nodes != needed:
         cluster = load_cluster(topology, nodes=needed, **options)
+    if nodes is None and options.get("gpus_per_node") is None and trace.world_size < cluster.gpus_per_node:
+        cluster = load_cluster(topology, nodes=1, **{**options, "gpus_per_node": trace.world_size})
     return cluster
 
 
