@@ -44,7 +44,7 @@ from twin.profile import ProfileMeta, load_profile, save_profile
 from twin.topology.importer import import_spec
 from twin.topology.loader import PRESET_DIR, load_cluster
 
-CASE_SECONDS = 10
+CASE_SECONDS = 30
 """A case running longer than this is a hang."""
 FR = DATA / "traces" / "flight-recorder"
 
