@@ -5,7 +5,7 @@
 >>> from twin.topology import load_cluster
 >>> prediction = predict(Communicator.first(load_cluster("dgx-h100")), Op.ALLREDUCE, 1 << 30)
 >>> str(prediction.config), prediction.chosen_by, round(prediction.busbw_gbps)
-('nvls/simple/p2p nc=16 nt=640 chunk=131072', 'nccl', 526)
+('nvls/simple/p2p nc=16 nt=640 chunk=131072', 'nccl', 463)
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def resolve(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
     for name, value in (("nchannels", nchannels), ("nthreads", nthreads), ("chunk size", chunk_bytes)):
         if value is not None and value <= 0:
             raise CcltwinError(f"a forced {name} must be positive, got {value}")
-    # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
-    info = replace(comm.nccl, algo_env=algo and str(algo), proto_env=proto and str(proto))
+    # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest
+    # (NCCL spells the algorithms without underscores: ``nvlstree``, ``collnetdirect``).
+    info = replace(comm.nccl, algo_env=algo and algo.value.replace("_", ""), proto_env=proto and str(proto))
     choice = nccl_choice(info, op, nbytes, dtype)
     config = Config(choice.algo, choice.proto, transport or Transport.P2P, nchannels or choice.nchannels,
                     nthreads or choice.nthreads, chunk_bytes or choice.chunk_bytes)

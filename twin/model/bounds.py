@@ -6,8 +6,7 @@ each rank must really send for one byte of busbw.  Picture AllReduce on a DGX H1
 rank sends ``2(n-1)/n`` of its buffer, exactly its busbw, so busbw ≤ the GPU's NVLink rate
 (18 × 25 GB/s) × the share left for payload (``link.nvlink.efficiency``); NVLS reduces inside
 the NVSwitch, so a GPU sends and receives only ``(1 + 1/n)`` of its buffer and busbw may reach
-``2(n-1)/(n+1)`` of that rate, times the share of NVLink rate the switch's multimem
-reductions run at (``link.nvls_efficiency``, NCCL's Hopper ``nvlsEfficiency``).  Between nodes,
+``2(n-1)/(n+1)`` of that rate.  Between nodes,
 every byte of a ring's busbw leaves each node once through its NICs (``Σ line rate ×
 net.efficiency``); NCCL's two trees send ``2(N-1)/N`` of the buffer out of a node on average
 (busbw may beat the NICs by ``(n-1)N / (n(N-1))``), an in-network reduction the whole buffer
@@ -21,7 +20,7 @@ in ``tests/data/nccl-tests`` does either.
 >>> from twin.model.geometry import CommGeometry
 >>> geom = CommGeometry(load_cluster("dgx-h100"))
 >>> round(busbw_bound_gbps(geom, Op.ALLREDUCE, Algo.RING)), round(busbw_bound_gbps(geom, Op.ALLREDUCE, Algo.NVLS))
-(378, 500)
+(378, 588)
 """
 
 from __future__ import annotations
@@ -71,12 +70,12 @@ def busbw_bound_gbps(geom: CommGeometry, op: Op, algo: Algo) -> float:
     # send 2(N-1)/N of the buffer out of a node on average.
     tree_nics = nics * reduce_all / (2 * (nodes - 1) / nodes) if nodes > 1 else math.inf
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
-        switch = intra * geom.params.link.nvls_efficiency
         if op is Op.ALLREDUCE:
-            # Each GPU sends its buffer to the switch and gets the result back, plus its 1/ppn
-            # share once more (the reduced slice it multicasts), over NVLink.
-            return min(reduce_all * switch * geom.ppn / (geom.ppn + 1), tree_nics)
-        return min(switch, nics)
+            # Each GPU's NVLinks carry its buffer to the switch (read by the in-switch reductions)
+            # and the result back (the multicast stores), plus its 1/ppn slice once more each
+            # way (the reduced slice it fetches and multicasts).
+            return min(reduce_all * intra * geom.ppn / (geom.ppn + 1), tree_nics)
+        return min(intra, nics)
     if op is Op.ALLREDUCE and algo is Algo.TREE:
         # Inside a node a chain's ranks send 2(ppn-1)/ppn of the buffer on average, as a ring's do.
         return min(intra, tree_nics)

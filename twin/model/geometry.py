@@ -301,8 +301,12 @@ class CommGeometry:
         return flows
 
     def chain_flows(self, channel: int) -> list[Flow]:
-        """Broadcast/Reduce: the ring without its closing edge (a pipeline from the root)."""
-        return self.ring_flows(channel)[:-1] or self.ring_flows(channel)
+        """Broadcast/Reduce: the channel's ring from the root (the first rank) round to the rank
+        before it, without the edge back (a pipeline from the root).  Every channel starts at the
+        root, whose link so carries all the data, whatever order the channel's ring visits."""
+        flows = self.ring_flows(channel)
+        start = next((i for i, f in enumerate(flows) if f.src == self.ranks[0]), 0)
+        return (flows[start:] + flows[:start])[:-1] or flows
 
     def nvls_flows(self, channel: int) -> list[Flow]:
         """Every GPU to and from its NVSwitch (multicast stores and in-switch reductions)."""
@@ -315,6 +319,12 @@ class CommGeometry:
         if self.nnodes > 1:
             flows += self.tree_flows(channel)[2 * self.nnodes * (self.ppn - 1):]
         return flows
+
+    def nvlink_round_trip_us(self) -> float:
+        """A store to the NVSwitch and its acknowledgement back: twice the mean one-way latency of
+        the communicator's GPU-NVSwitch links (the topology's ``lat_us``)."""
+        hops = [f.hops[0] for f in self.channel_flows("nvls", 0) if f.kind == "nvlink"]
+        return 2 * sum(h.lat_us for h in hops) / len(hops) if hops else 0.0
 
     def _edge_hop(self, u: str, v: str) -> Hop:
         data = self.cluster.graph.edges[u, v]
