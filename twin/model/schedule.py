@@ -56,19 +56,6 @@ LL_LINE_DATA_BYTES = 8
 """Data bytes in one 16-byte LL line (the other 8 are flags): ``EltPerLine`` in ``prims_ll.h``."""
 
 
-def ll_pass_fill(step_bytes, nthreads):
-    """The share of an LL CTA's line passes a step fills.  ``LLGenericOp`` (``prims_ll.h``,
-    NCCL 2.28.9) walks a step in trips of ``nthreads`` lines, one line per thread, so a step of
-    ``b`` bytes takes ``ceil(b / (8 × nthreads))`` passes: threads beyond the step's lines idle,
-    and a step of 2 KiB costs 256 or 512 threads the same time.
-
-    >>> float(ll_pass_fill(2048, 256)), float(ll_pass_fill(2048, 512)), float(ll_pass_fill(6144, 512))
-    (1.0, 0.5, 0.75)
-    """
-    lines = np.asarray(step_bytes, dtype=float) / (LL_LINE_DATA_BYTES * np.asarray(nthreads, dtype=float))
-    return np.where(lines > 0, lines / np.maximum(np.ceil(lines - 1e-9), 1.0), 1.0)
-
-
 def slice_sync_us(algo: Algo, proto: Proto, slices_per_step, params: TwinParams = DEFAULT_PARAMS):
     """Per step, the Ring or Tree CTA's hand-over of each Simple slice
     (``protocol.simple_slice_sync_us``; LL and LL128 flag every line inline, NVLS and
@@ -206,8 +193,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     launch = params.protocol.launch_us.of(proto) + params.protocol.extra_gpu_launch_us * (gpus_per_process - 1)
     per_channel = nbytes / nch
     # Cut-through grain: LL's receiving thread takes a line as soon as its flag is valid, so a
-    # step's data follows one CTA pass behind (``nthreads`` lines of 8 bytes, ``ll_pass_fill``),
-    # whatever the thread count; LL128 one warp's lines; Simple half a chunk.
+    # ring step's data follows one CTA pass behind (``nthreads`` lines of 8 bytes: ``LLGenericOp``
+    # walks a step in trips of ``nthreads`` lines, ``prims_ll.h``), whatever the thread count;
+    # LL128 one warp's lines; Simple half a chunk.
     unit = {Proto.LL: nthreads * LL_LINE_DATA_BYTES, Proto.LL128: LL128_UNIT_BYTES}.get(proto, chunk / 2)
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
@@ -234,13 +222,6 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
         grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
                                  else grain_unit, step_bytes)
-        if proto is Proto.LL and shape == "rounds":
-            # An LL CTA takes whole passes over its lines (``ll_pass_fill``): its rate per step
-            # falls by the share of its last pass left idle, its cut-through grain does not.
-            # (A pipeline's hops overlap their passes; the model leaves them whole.)
-            filled = np.minimum(share.gbps * rate_scale, cap * ll_pass_fill(step_bytes, nthreads))
-            grain_bytes = np.minimum(grain_unit * filled / gbps, step_bytes)
-            cap, gbps = cap * ll_pass_fill(step_bytes, nthreads), filled
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, step_bytes / grain_bytes, params) + fence_us,
