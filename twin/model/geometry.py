@@ -72,6 +72,9 @@ class ChannelShare:
     gbps: float
     step_us: float
     links: tuple[LinkUse, ...]
+    proxy_us: float = 0.0
+    """CPU time the busiest proxy thread spends per step (one thread per GPU posts every network
+    step): however many chunks are in flight, steps follow each other no faster."""
 
 
 @dataclass
@@ -146,10 +149,11 @@ _LINKS_KEPT = 8
 """Link-use tables a load keeps (one per set of link efficiencies)."""
 
 
-def _share(load: _Load, proto: Proto, step_us: float, params: TwinParams) -> ChannelShare:
-    """The share of the channels whose flows make ``load``; ``step_us``: the latency of one step."""
+def _share(load: _Load, proto: Proto, step_us: float, params: TwinParams, proxy_us: float = 0.0) -> ChannelShare:
+    """The share of the channels whose flows make ``load``; ``step_us``: the latency of one step,
+    ``proxy_us``: the busiest proxy thread's CPU time per step."""
     links, gbps = load.links(proto, params)
-    return ChannelShare(gbps=gbps, step_us=step_us, links=links)
+    return ChannelShare(gbps=gbps, step_us=step_us, links=links, proxy_us=proxy_us)
 
 
 class CommGeometry:
@@ -391,7 +395,8 @@ class CommGeometry:
                 # to launch nsteps * net overhead", NCCL tuning.cc).  Pipelines pay the proxy only
                 # on their network hops, inside those hops' latency.
                 step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
-            self._shares[key] = _share(load, proto, step, self.params)
+            self._shares[key] = _share(load, proto, step, self.params,
+                                       load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
         return self._shares[key]
 
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:

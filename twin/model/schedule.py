@@ -105,6 +105,10 @@ class Schedule:
     """Chunks a pipeline keeps in flight on each connection (``PIPELINE_IN_FLIGHT``): once the
     pipeline is full, a chunk follows the one before it after its transfer, or after a share
     ``1/in_flight`` of a step's latency, whichever is longer.  Rounds wait for every step."""
+    proxy_us: float = 0.0
+    """The busiest proxy thread's CPU time per step (``ChannelShare.proxy_us``): one thread posts
+    every network step of its GPU, so a full pipeline's chunks follow each other no faster."""
+
     @property
     def n_steps(self):
         """Step times from the first send to the last receive."""
@@ -118,7 +122,8 @@ class Schedule:
 
     def pace_us(self, gbps):
         """Once a pipeline is full, the time between two chunks at ``gbps``."""
-        return np.maximum(self.step_bytes / (gbps * 1e3) + self.sync_us, self.step_time_us(gbps) / self.in_flight)
+        return np.maximum(np.maximum(self.step_bytes / (gbps * 1e3) + self.sync_us,
+                                     self.step_time_us(gbps) / self.in_flight), self.proxy_us)
 
     def steps_time_us(self, gbps):
         """All the steps at ``gbps``: the full-latency ones, then the paced ones."""
@@ -225,7 +230,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, step_bytes / grain_bytes, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1)
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -243,7 +248,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         step_bytes = per_peer * peers / loops
         per_flow = len(flows) / (1 if op is Op.SENDRECV else n)
         return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us, launch, cap,
-                        scaled_links(share.links, per_flow), in_flight=PIPELINE_IN_FLIGHT)
+                        scaled_links(share.links, per_flow), in_flight=PIPELINE_IN_FLIGHT, proxy_us=share.proxy_us)
     if algo is Algo.RING:
         if op is Op.ALLREDUCE:
             return shaped("rounds", "ring", 2 * (n - 1), n, phases=ring_phases(op, n, direct))
