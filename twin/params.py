@@ -93,7 +93,9 @@ class Links:
     nvidia-smi's NODE/SYS) move at about this share of the link rate: the host bridge is built for
     traffic to memory, not between its ports."""
     nvls_efficiency: float = _param(0.85, "fraction", 0.05, 1.0)
-    """NVSwitch multimem reductions run at this share of NVLink rate (NCCL's Hopper nvlsEfficiency)."""
+    """NVSwitch multimem reductions run at this share of NVLink rate (NCCL's Hopper ``nvlsEfficiency``,
+    ``src/graph/tuning.cc`` 2.28.9), on top of the ``1 + 1/ppn`` bytes each payload byte puts on a
+    GPU's NVLinks (``twin.model.schedule``, NVLS)."""
 
     def of(self, kind: str) -> IntraLink:
         """The link of ``kind`` (``nvlink``, ``pcie``, ``cpu``)."""

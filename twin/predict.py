@@ -5,7 +5,7 @@
 >>> from twin.topology import load_cluster
 >>> prediction = predict(Communicator.first(load_cluster("dgx-h100")), Op.ALLREDUCE, 1 << 30)
 >>> str(prediction.config), prediction.chosen_by, round(prediction.busbw_gbps)
-('nvls/simple/p2p nc=16 nt=640 chunk=131072', 'nccl', 526)
+('nvls/simple/p2p nc=16 nt=640 chunk=131072', 'nccl', 463)
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def resolve(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
     for name, value in (("nchannels", nchannels), ("nthreads", nthreads), ("chunk size", chunk_bytes)):
         if value is not None and value <= 0:
             raise CcltwinError(f"a forced {name} must be positive, got {value}")
-    # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest.
+    # A forced algorithm or protocol works as NCCL_ALGO / NCCL_PROTO do: NCCL picks the rest
+    # (in the release's spelling: ``nvlstree``, ``collnetdirect``).
     version = comm.nccl.nccl_version
     info = replace(comm.nccl, algo_env=env_name(algo, version) if algo else comm.nccl.algo_env,
                    proto_env=str(proto) if proto else comm.nccl.proto_env)

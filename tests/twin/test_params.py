@@ -1,7 +1,9 @@
 """The twin's physical constants as one parameter object: defaults, profiles, and their effect.
 
-``tests/data/twin-golden.json`` holds a fixed set of the twin's predictions recorded at 480b96c,
-before the constants moved into ``TwinParams``: every op, size and supported ⟨algo, proto⟩ on
+``tests/data/twin-golden.json`` holds a fixed set of the twin's predictions, first recorded at
+480b96c when the constants moved into ``TwinParams`` and regenerated deliberately since where the
+physics changed (session 5: chunks in flight, NVLS and proxy physics, fabric kinds, the compute
+shape model; ``json.dumps(golden(), indent=0, sort_keys=True)``): every op, size and supported ⟨algo, proto⟩ on
 seven clusters through the fast path and the DES, what-if on a bundled trace, a warm-start
 ranking, the twin executor, and compute timing.  The default parameters reproduce them exactly.
 """

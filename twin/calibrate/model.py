@@ -60,7 +60,7 @@ def interfered_us(schedule: Schedule, copy_scale: float):
     """A call's time when its CTAs copy at ``copy_scale`` of their rate alone (compute shares the
     GPU's memory), as the trace replay times it: only copy-bound channels slow down."""
     gbps = np.minimum(schedule.gbps, schedule.cap_gbps * copy_scale)
-    return schedule.launch_us + schedule.n_steps * schedule.step_time_us(gbps)
+    return schedule.launch_us + schedule.steps_time_us(gbps)
 
 
 class TwinModel:

@@ -37,10 +37,13 @@ def _collective(env: simpy.Environment, net: FluidNetwork, run: CollectiveRun, e
                 index: int):
     s = run.schedule
     yield env.timeout(run.start_us + float(s.launch_us))
-    for _ in range(int(s.n_steps)):
+    for i in range(int(s.n_steps)):
         transfer = net.start(float(s.step_bytes), s.links, float(s.cap_gbps))
-        latency = env.timeout(float(s.latency_us(max(transfer.rate_gbps, 1e-9))))
-        yield transfer.done & latency
+        rate = max(transfer.rate_gbps, 1e-9)
+        # A full pipeline's chunk waits for a share of a step's latency only (``Schedule.pace_us``).
+        wait = s.latency_us(rate) if i < s.fill_steps else max(s.step_time_us(rate) / s.in_flight - s.sync_us,
+                                                               s.proxy_us - s.sync_us, 0.0)
+        yield transfer.done & env.timeout(float(wait))
         if s.sync_us:
             yield env.timeout(float(s.sync_us))
     ends[index] = env.now
@@ -69,4 +72,4 @@ def lumped_cap_gbps(s: Schedule, copy_scale: float = 1.0) -> float:
     takes memory bandwidth from it).
     """
     gbps = min(float(s.gbps), float(s.cap_gbps) * copy_scale)
-    return float(s.step_bytes) / (float(s.step_time_us(gbps)) * 1e3)
+    return lumped_bytes(s) / (float(s.steps_time_us(gbps)) * 1e3)

@@ -72,6 +72,9 @@ class ChannelShare:
     gbps: float
     step_us: float
     links: tuple[LinkUse, ...]
+    proxy_us: float = 0.0
+    """CPU time the busiest proxy thread spends per step (one thread per GPU posts every network
+    step): however many chunks are in flight, steps follow each other no faster."""
 
 
 @dataclass
@@ -146,10 +149,11 @@ _LINKS_KEPT = 8
 """Link-use tables a load keeps (one per set of link efficiencies)."""
 
 
-def _share(load: _Load, proto: Proto, step_us: float, params: TwinParams) -> ChannelShare:
-    """The share of the channels whose flows make ``load``; ``step_us``: the latency of one step."""
+def _share(load: _Load, proto: Proto, step_us: float, params: TwinParams, proxy_us: float = 0.0) -> ChannelShare:
+    """The share of the channels whose flows make ``load``; ``step_us``: the latency of one step,
+    ``proxy_us``: the busiest proxy thread's CPU time per step."""
     links, gbps = load.links(proto, params)
-    return ChannelShare(gbps=gbps, step_us=step_us, links=links)
+    return ChannelShare(gbps=gbps, step_us=step_us, links=links, proxy_us=proxy_us)
 
 
 class CommGeometry:
@@ -303,8 +307,12 @@ class CommGeometry:
         return flows
 
     def chain_flows(self, channel: int) -> list[Flow]:
-        """Broadcast/Reduce: the ring without its closing edge (a pipeline from the root)."""
-        return self.ring_flows(channel)[:-1] or self.ring_flows(channel)
+        """Broadcast/Reduce: the channel's ring from the root (the first rank) round to the rank
+        before it, without the edge back (a pipeline from the root).  Every channel starts at the
+        root, whose link so carries all the data, whatever order the channel's ring visits."""
+        flows = self.ring_flows(channel)
+        start = next((i for i, f in enumerate(flows) if f.src == self.ranks[0]), 0)
+        return (flows[start:] + flows[:start])[:-1] or flows
 
     def nvls_flows(self, channel: int) -> list[Flow]:
         """Every GPU to and from its NVSwitch (multicast stores and in-switch reductions)."""
@@ -317,6 +325,12 @@ class CommGeometry:
         if self.nnodes > 1:
             flows += self.tree_flows(channel)[2 * self.nnodes * (self.ppn - 1):]
         return flows
+
+    def nvlink_round_trip_us(self) -> float:
+        """A store to the NVSwitch and its acknowledgement back: twice the mean one-way latency of
+        the communicator's GPU-NVSwitch links (the topology's ``lat_us``)."""
+        hops = [f.hops[0] for f in self.channel_flows("nvls", 0) if f.kind == "nvlink"]
+        return 2 * sum(h.lat_us for h in hops) / len(hops) if hops else 0.0
 
     def _edge_hop(self, u: str, v: str) -> Hop:
         data = self.cluster.graph.edges[u, v]
@@ -383,7 +397,8 @@ class CommGeometry:
                 # to launch nsteps * net overhead", NCCL tuning.cc).  Pipelines pay the proxy only
                 # on their network hops, inside those hops' latency.
                 step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
-            self._shares[key] = _share(load, proto, step, self.params)
+            self._shares[key] = _share(load, proto, step, self.params,
+                                       load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
         return self._shares[key]
 
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:

@@ -29,12 +29,16 @@ from tuner.config import Algo, Config, Proto
 from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, layout_problem
 from twin.model.geometry import CommGeometry, LinkUse
 from twin.model.protocols import cta_copy_gbps
-from twin.nccl_model.constants import MAXCHANNELS
+from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS
 from twin.params import DEFAULT_PARAMS, TwinParams
 
-LL_UNIT_BYTES = {Proto.LL: 8 * 32 * 8, Proto.LL128: 120 * 32}
-"""LL/LL128 cut-through grain: what one warp writes before the receiver can act on it (LL: eight
-8-byte lines per lane, NCCL_LL_LINES_PER_THREAD)."""
+LL_WARP_UNIT_BYTES = 8 * 32 * 8
+"""LL cut-through grain down a pipeline: what one warp writes before the receiver acts on it
+(eight 8-byte lines per lane, ``NCCL_LL_LINES_PER_THREAD``)."""
+
+LL128_UNIT_BYTES = 120 * 32
+"""LL128 cut-through grain: what one warp writes before the receiver can act on it (32 lines of
+120 data bytes)."""
 
 MIN_SIMPLE_SLICE_BYTES = 32 << 10
 """Smallest slice of a Simple ring step: ``prims_simple.h`` cuts a step of ``nelem`` into
@@ -48,6 +52,10 @@ def simple_slice_bytes(step_bytes):
     return np.maximum(step_bytes / 2, np.minimum(step_bytes, MIN_SIMPLE_SLICE_BYTES))
 
 
+LL_LINE_DATA_BYTES = 8
+"""Data bytes in one 16-byte LL line (the other 8 are flags): ``EltPerLine`` in ``prims_ll.h``."""
+
+
 def slice_sync_us(algo: Algo, proto: Proto, slices_per_step, params: TwinParams = DEFAULT_PARAMS):
     """Per step, the Ring or Tree CTA's hand-over of each Simple slice
     (``protocol.simple_slice_sync_us``; LL and LL128 flag every line inline, NVLS and
@@ -55,6 +63,15 @@ def slice_sync_us(algo: Algo, proto: Proto, slices_per_step, params: TwinParams 
     if proto is not Proto.SIMPLE or algo not in (Algo.RING, Algo.TREE):
         return 0.0
     return params.protocol.simple_slice_sync_us * np.ceil(slices_per_step - 1e-9)
+
+
+PIPELINE_IN_FLIGHT = NCCL_STEPS
+"""Chunks a pipeline keeps in flight per connection: each connection's FIFO has ``NCCL_STEPS``
+(8) slots, and every algorithm but Ring Simple moves one step per chunk (``chunkSteps = 1`` in
+``calcCollChunking``, ``src/enqueue.cc``; ``ProtoSimple<1, 1>`` for Tree, NVLS, CollNet,
+Broadcast, Reduce in ``src/device/*.h``; NCCL 2.28.9), so a sender runs up to 8 chunks ahead of
+its receiver.  Ring Simple's chunk is 4 steps (``ALLREDUCE_CHUNKSTEPS``), but a ring's rounds
+wait for each other anyway."""
 
 
 class Unsupported(CcltwinError):
@@ -84,11 +101,33 @@ class Schedule:
     sync_us: float = 0.0
     """Per step, what the channel's CTA spends handing its slices over (``slice_sync_us``):
     nothing moves meanwhile, so it comes on top of the step's transfer."""
+    in_flight: int = 1
+    """Chunks a pipeline keeps in flight on each connection (``PIPELINE_IN_FLIGHT``): once the
+    pipeline is full, a chunk follows the one before it after its transfer, or after a share
+    ``1/in_flight`` of a step's latency, whichever is longer.  Rounds wait for every step."""
+    proxy_us: float = 0.0
+    """The busiest proxy thread's CPU time per step (``ChannelShare.proxy_us``): one thread posts
+    every network step of its GPU, so a full pipeline's chunks follow each other no faster."""
 
     @property
     def n_steps(self):
         """Step times from the first send to the last receive."""
         return self.loops * self.steps if self.shape == "rounds" else self.steps + self.loops - 1
+
+    @property
+    def fill_steps(self):
+        """The steps that wait for their full latency: every round; a pipeline's first chunk
+        down its chain (the rest follow it ``in_flight`` at a time)."""
+        return self.n_steps if self.shape == "rounds" else self.steps
+
+    def pace_us(self, gbps):
+        """Once a pipeline is full, the time between two chunks at ``gbps``."""
+        return np.maximum(np.maximum(self.step_bytes / (gbps * 1e3) + self.sync_us,
+                                     self.step_time_us(gbps) / self.in_flight), self.proxy_us)
+
+    def steps_time_us(self, gbps):
+        """All the steps at ``gbps``: the full-latency ones, then the paced ones."""
+        return self.fill_steps * self.step_time_us(gbps) + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
 
     def latency_us(self, gbps):
         """The part of a step that does not overlap the transfer: hop latency plus one grain."""
@@ -105,14 +144,14 @@ class Schedule:
         """
         if not self.one_way:
             return self.time_us()
-        return self.launch_us + self.loops * self.step_time_us(self.gbps)
+        return self.launch_us + self.loops * self.pace_us(self.gbps)
 
     def time_us(self):
         """Closed form: the time the engines agree on for an uncontended run.
 
         Every field may be a numpy array (the fast path sweeps threads and chunk sizes at once).
         """
-        return self.launch_us + self.n_steps * self.step_time_us(self.gbps)
+        return self.launch_us + self.steps_time_us(self.gbps)
 
     def step_time_us(self, gbps):
         """One step at ``gbps``: its transfer or its latency, whichever is longer, then its sync."""
@@ -158,28 +197,40 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                          params=params)
     launch = params.protocol.launch_us.of(proto) + params.protocol.extra_gpu_launch_us * (gpus_per_process - 1)
     per_channel = nbytes / nch
-    unit = LL_UNIT_BYTES.get(proto, chunk / 2)
+    # Cut-through grain: LL's receiving thread takes a line as soon as its flag is valid, so a
+    # ring step's data follows one CTA pass behind (``nthreads`` lines of 8 bytes: ``LLGenericOp``
+    # walks a step in trips of ``nthreads`` lines, ``prims_ll.h``), whatever the thread count;
+    # LL128 one warp's lines; Simple half a chunk.
+    unit = {Proto.LL: nthreads * LL_LINE_DATA_BYTES, Proto.LL128: LL128_UNIT_BYTES}.get(proto, chunk / 2)
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
-               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = ()) -> Schedule:
+               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0
+               ) -> Schedule:
         share = geom.share(pattern, nch, proto)
         if phases:
             # The channel's primitives run one after another, each at its own pace (below).
             cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
                                                                            nthreads, 1.0, params=params))
         gbps = np.minimum(share.gbps * rate_scale, cap)
+        # A ring's LL grain is one CTA pass in time: its lines at the CTA's rate, however slowly
+        # the link then carries them (the receiver takes each line as it lands).  A pipeline's
+        # hops split their threads (``tree_split``) and forward one warp's lines at a time.
+        grain_unit = unit
+        if proto is Proto.LL:
+            grain_unit = unit * gbps / cap if shape == "rounds" else LL_WARP_UNIT_BYTES
         grain = chunk
         if shape == "pipeline":
             # A rank forwards a chunk's first grain while the rest still arrives, so the pipeline
             # fills in steps of one grain plus the hop latency, not of whole chunks.
-            grain = np.minimum(chunk, unit + gbps * 1e3 * share.step_us)
+            grain = np.minimum(chunk, grain_unit + gbps * 1e3 * share.step_us)
         loops = np.maximum(1, np.ceil(per_channel / (loop_bytes_per_chunk * grain)))
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
         grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
-                                 else unit, step_bytes)
+                                 else grain_unit, step_bytes)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
-                        slice_sync_us(algo, proto, step_bytes / grain_bytes, params))
+                        slice_sync_us(algo, proto, step_bytes / grain_bytes, params) + fence_us,
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -197,7 +248,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         step_bytes = per_peer * peers / loops
         per_flow = len(flows) / (1 if op is Op.SENDRECV else n)
         return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us, launch, cap,
-                        scaled_links(share.links, per_flow))
+                        scaled_links(share.links, per_flow), in_flight=PIPELINE_IN_FLIGHT, proxy_us=share.proxy_us)
     if algo is Algo.RING:
         if op is Op.ALLREDUCE:
             return shaped("rounds", "ring", 2 * (n - 1), n, phases=ring_phases(op, n, direct))
@@ -214,8 +265,16 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                       rate_scale=math.ceil(math.log2(n)) / (n - 1) if n > 1 else 1.0)
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
         # In-switch reduction: each GPU sends its data once and receives the result once.
+        # A channel's loop moves one chunk per head (``nHeads`` = the node's ranks, ``all_reduce.h``
+        # NVLS ``oneNode``): each GPU's links carry its loop to the switch and the result back, plus
+        # its own head's reduced chunk once more each way, ``1 + 1/ppn`` per payload byte.  Every
+        # loop's stores are fenced before its step is posted (``postPeer``, ``prims_simple.h``:
+        # ``fence_acq_rel_sys``), an NVLink round trip that no chunk in flight hides: ``1/ppn``
+        # of one per chunk.
+        ppn = geom.ppn
         inter = 2 * math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else 0
-        return shaped("pipeline", "nvls", 2 + inter, 1, rate_scale=params.link.nvls_efficiency)
+        return shaped("pipeline", "nvls", 2 + inter, 1, rate_scale=params.link.nvls_efficiency * ppn / (ppn + 1),
+                      fence_us=geom.nvlink_round_trip_us() / ppn)
     # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
     steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
     return shaped("pipeline", "tree", steps, 1)

@@ -1,0 +1,240 @@
+"""Invariants every prediction of the closed-form model keeps, on every preset, op, algorithm and
+protocol the model runs there, over sizes from 1 B to 16 GiB.
+
+(a) For a fixed configuration, time never decreases as the size grows.
+(b) At NCCL's own choice the configuration may switch at a size, and the time just above the
+    switch may then be below the time of a smaller size, by no more than NCCL's real
+    thresholds allow: ``time(s2) ≥ time(s1) × (1 − tolerance)`` for every ``s2 > s1``, where
+    the tolerance depends on what changed between the configurations of ``s1`` and ``s2``:
+
+    * only the chunk (NCCL's NVLS 16 → 32 → 64 → 128 KiB steps): ``CHUNK_TOLERANCE`` = 10 %.
+      The one such step measured in the repo, NVLS 64 → 128 KiB at 1 GiB on 8×H100, raises
+      busbw from 438 to 466 GB/s between 512 MiB and 1 GiB (Azure ND H100 v5 file), 6.4 %.
+    * channels, threads, protocol or algorithm: ``SWITCH_TOLERANCE`` = 25 %.  NCCL halves
+      channels and threads below its thresholds (``MinTrafficPerChannel``, the per-thread
+      thresholds of ``enqueue.cc``), so just below one a channel's LL CTA walks up to twice
+      the line passes per step (``LLGenericOp``, ``prims_ll.h``), and it switches protocol
+      where its cost model says, not where the time crosses: on the L40S 2-GPU files the
+      measured LL and Simple differ by 2× at 1 MiB, so a late switch can save a quarter of the
+      time and more.  25 % keeps every step the model's thresholds make, and none of the
+      1.5× cliffs this test was written against.
+
+(c) busbw never exceeds the bound of the links the collective crosses
+    (``twin.model.bounds.busbw_bound_gbps``), and neither does any measurement in the repo.
+(d) Predictions are finite and positive.
+
+Presets are read from the preset folder, so new ones are covered without editing this file.
+Every communicator is one whole node, a 2-GPU and a half-node subset, and two nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from traces.nccl_tests import read_nccl_tests
+from traces.task import Op
+from tuner.config import Algo, Config, ConfigError, Proto, Transport
+from tuner.rules import ALGORITHMS_FOR_OP
+from twin.model.bounds import busbw_bound_gbps
+from twin.model.schedule import Unsupported, check_supported, schedule_for
+from twin.placement import Communicator
+from twin.predict import predict, resolve
+from twin.topology import load_cluster
+
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "twin/topology/presets").glob("*.yaml"))
+DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
+CHUNK_TOLERANCE = 0.10
+SWITCH_TOLERANCE = 0.25
+EPS = 1e-9
+SIZES = sorted({1, 2, 3} | {s for k in range(2, 35) for s in (1 << k, (1 << k) - (1 << max(k - 10, 2)))} - {0})
+"""1 B to 16 GiB: every power of two and a size 1/1024 below it (where NCCL's thresholds sit)."""
+
+
+def dtype_for(nbytes: int) -> str:
+    return "float32" if nbytes % 4 == 0 else "int8"
+
+
+@cache
+def communicators() -> dict[str, Communicator]:
+    out = {}
+    for preset in PRESETS:
+        one = load_cluster(preset)
+        per_node = one.gpus_per_node
+        for n in sorted({per_node, max(2, per_node // 2), 2}):
+            if n <= per_node:
+                out[f"{preset}:{n}"] = Communicator.first(one, n)
+        out[f"{preset}:2x{per_node}"] = Communicator.first(load_cluster(preset, nodes=2))
+    return out
+
+
+def subspaces(comm: Communicator, op: Op) -> list[tuple[Algo, Proto]]:
+    geom = comm.geometry()
+    out = []
+    for algo in ALGORITHMS_FOR_OP[op]:
+        for proto in Proto:
+            try:
+                check_supported(geom, op, algo, proto)
+            except Unsupported:
+                continue
+            out.append((algo, proto))
+    return out
+
+
+def fixed_config(comm: Communicator, op: Op, algo: Algo, proto: Proto) -> Config | None:
+    """NCCL's resources for ``algo``/``proto`` at 64 MiB, held for every size (None where NCCL
+    itself would refuse the pair here, as it refuses NVLS alone across nodes)."""
+    try:
+        config, _, _ = resolve(comm, op, 64 << 20, algo=algo, proto=proto)
+    except ConfigError:
+        return None
+    return Config(algo, proto, Transport.P2P, config.nchannels, config.nthreads, config.chunk_bytes)
+
+
+def fixed_curve(comm: Communicator, op: Op, config: Config) -> list[float]:
+    geom = comm.geometry()
+    return [float(schedule_for(geom, op, s, config.algo, config.proto, config.nchannels, config.nthreads,
+                               config.chunk_bytes).time_us()) for s in SIZES]
+
+
+CASES = [(name, op) for name in communicators() for op in Op]
+
+
+def busbw(comm: Communicator, op: Op, nbytes: int, time_us: float) -> float:
+    return comm.task(op, nbytes, dtype_for(nbytes)).busbw_gbps(time_us)
+
+
+@pytest.mark.parametrize(("name", "op"), CASES, ids=[f"{n}-{o}" for n, o in CASES])
+def test_a_fixed_config_never_gets_faster_with_size_and_stays_within_its_links(name, op):
+    comm = communicators()[name]
+    if op is not Op.SENDRECV and comm.nranks < 2:
+        pytest.skip("one rank")
+    problems = []
+    for algo, proto in subspaces(comm, op):
+        config = fixed_config(comm, op, algo, proto)
+        if config is None:
+            continue
+        times = fixed_curve(comm, op, config)
+        bound = busbw_bound_gbps(comm.geometry(), op, algo)
+        for s, t in zip(SIZES, times, strict=True):
+            if not (math.isfinite(t) and t > 0):
+                problems.append(f"{config} at {s} B: time {t}")
+            elif busbw(comm, op, s, t) > bound * (1 + EPS):
+                problems.append(f"{config} at {s} B: busbw {busbw(comm, op, s, t):.1f} > bound {bound:.1f} GB/s")
+        for (s1, t1), (s2, t2) in zip(zip(SIZES, times, strict=True), zip(SIZES[1:], times[1:], strict=True),
+                                      strict=False):
+            if t2 < t1 * (1 - EPS):
+                problems.append(f"{config}: {s2} B takes {t2:.2f} µs < {s1} B {t1:.2f} µs")
+    assert not problems, "\n".join(problems[:20])
+
+
+def switch_tolerance(before: Config, after: Config) -> float:
+    """How much faster a size may run than a smaller one when NCCL's choice changes between them
+    (the module's rule (b))."""
+    if (before.algo, before.proto, before.nchannels, before.nthreads) == (after.algo, after.proto,
+                                                                          after.nchannels, after.nthreads):
+        return CHUNK_TOLERANCE
+    return SWITCH_TOLERANCE
+
+
+CHAINS = ("LL chains (Broadcast, Reduce): NCCL doubles threads with size; the model's LL rate grows linearly "
+          "with threads and a pipeline's passes are not quantised, so time falls ~30 % at each thread threshold")
+PAIRS = ("4 A40s in NVLink pairs over PCIe: NCCL keeps Ring until 128 MiB where the twin's Tree (one NVLink "
+         "and one PCIe hop per chain) is 37 % faster")
+PCIE_NODES = ("two PCIe nodes: NCCL's LL → Simple and ring → tree thresholds fall where the twin's times differ "
+              "by 30-40 %")
+NVLS_TREE_PROXY = ("two nodes: NCCL's NVLS-Tree chunk steps (32 → 64 → 128 KiB at 8 and 64 MiB) halve the network "
+                   "steps the busiest proxy thread posts, each charged NCCL's full netOverhead, so time falls 24-34 %; "
+                   "no measurement says how much of that per-step CPU time overlaps")
+EFA_TREE = ("two nodes over EFA (32 × 100 Gb/s, 12 µs per message): NCCL switches Ring → Tree LL128 at 8 MiB where "
+            "the twin's Ring pays EFA's per-message cost on 2(n−1) steps and its Tree on log steps, so time falls 42 %")
+NVLS_INT8 = ("72-GPU NVLink domain: below one float32 element the test reduces int8, which NVLS (multimem "
+             "reductions) cannot, so NCCL runs Ring/Tree LL over 36-144 ranks; from 4 B float32 it runs NVLS, 3-6× "
+             "faster: a change of dtype, not of size, that real NCCL makes too")
+PCIE_TREE = ("H100 PCIe / NVL (bridged pairs over PCIe switches): NCCL's cost model keeps Tree to a few MiB where the "
+             "twin's Tree (chains across PCIe switches and the CPU) is 1.4-3.4× slower than its Ring")
+NVSWITCH_PRESETS = ("aws-p5", "aws-p5e", "aws-p5en", "azure-nd-h100-v5", "azure-nd-h200-v5", "dgx-a100-80gb",
+                    "dgx-b200", "gcp-a3-ultra", "gcp-a4", "hgx-b300", "oci-bm-gpu-h100-8")
+"""Presets added with the fabric kinds (session 5), checked against the same rules."""
+KNOWN_MISSES = {
+    **{(f"{p}:{n}", op): CHAINS for p in NVSWITCH_PRESETS for n in ("4", "8", "2x8")
+       for op in (Op.BROADCAST, Op.REDUCE)},
+    **{(f"{p}:{n}", op): CHAINS for p, n in [("gb200-nvl72", "36"), ("gb200-nvl72", "72"), ("gb200-nvl72", "2x72"),
+                                             ("gcp-a3-high", "4"), ("gcp-a3-high", "8"), ("gcp-a3-mega", "4"),
+                                             ("gcp-a3-mega", "8"), ("gh200-slingshot", "4"), ("h100-nvl", "4"),
+                                             ("h100-nvl", "8"), ("h100-pcie", "4"), ("h100-pcie", "8")]
+       for op in (Op.BROADCAST, Op.REDUCE)},
+    **{(f"{p}:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY for p in ("azure-nd-h100-v5", "azure-nd-h200-v5", "dgx-b200",
+                                                            "gcp-a3-ultra", "gcp-a4", "hgx-b300")},
+    **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
+    **{(f"gb200-nvl72:{n}", Op.ALLREDUCE): NVLS_INT8 for n in ("36", "72", "2x72")},
+    **{(name, Op.ALLREDUCE): PCIE_TREE for name in ("h100-nvl:4", "h100-nvl:8", "h100-pcie:8", "h100-nvl:2x8",
+                                                   "h100-pcie:2x8")},
+    **{(f"{p}:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY for p in ("dgx-h100", "hgx-h200")},
+    **{(f"{p}:{n}", op): CHAINS for p, n in [("a40-nvlink-pairs", "4"), ("a40-pcie", "4"), ("dgx-a100", "4"),
+                                             ("dgx-a100", "8"), ("dgx-a100", "2x8"), ("dgx-h100", "4"),
+                                             ("dgx-h100", "8"), ("dgx-h100", "2x8"), ("hgx-h200", "4"),
+                                             ("hgx-h200", "8"), ("hgx-h200", "2x8"), ("l40s-pcie", "4")]
+       for op in (Op.BROADCAST, Op.REDUCE)},
+    ("a40-nvlink-pairs:4", Op.ALLREDUCE): PAIRS,
+    **{(f"{p}:2x8", Op.ALLREDUCE): PCIE_NODES for p in ("a40-nvlink-pairs", "a40-pcie", "l40s-pcie")},
+}
+"""Where rule (b) does not hold yet: thresholds of NCCL's whose effect the model still overstates
+(each an effect not yet modelled, docs/physics.md).  Strict: a fix makes its case fail here."""
+
+
+CHOICE_CASES = [pytest.param(n, o, id=f"{n}-{o}", marks=[pytest.mark.xfail(strict=True, reason=why)]
+                             if (why := KNOWN_MISSES.get((n, o))) else []) for n, o in CASES]
+
+
+@pytest.mark.parametrize(("name", "op"), CHOICE_CASES)
+def test_at_nccl_choice_time_falls_at_a_switch_no_more_than_real_thresholds_allow(name, op):
+    comm = communicators()[name]
+    geom = comm.geometry()
+    problems = []
+    slowest: tuple[float, int, Config | None] = (0.0, 0, None)
+    for s in SIZES:
+        p = predict(comm, op, s, dtype=dtype_for(s))
+        t = p.time_us
+        if not (math.isfinite(t) and t > 0):
+            problems.append(f"{p.config} at {s} B: time {t}")
+            continue
+        bound = busbw_bound_gbps(geom, op, p.config.algo)
+        if p.busbw_gbps > bound * (1 + EPS):
+            problems.append(f"{p.config} at {s} B: busbw {p.busbw_gbps:.1f} > bound {bound:.1f} GB/s")
+        if slowest[2] is not None and t < slowest[0] * (1 - switch_tolerance(slowest[2], p.config)):
+            problems.append(f"{s} B ({p.config}) takes {t:.2f} µs, {slowest[1]} B ({slowest[2]}) {slowest[0]:.2f}")
+        if t > slowest[0]:
+            slowest = (t, s, p.config)
+    assert not problems, "\n".join(problems[:20])
+
+
+MEASURED = {
+    # file: (preset, nodes, the algorithm the run used, or None for NCCL's choice: any it offers)
+    "nvidia-dgxc-dgxh100-8gpu-intranode-allreduce-sample": ("dgx-h100", 1, None),
+    "azure-ndH100v5-8gpu-intranode-allreduce-NVLS-busbw-summary": ("dgx-h100", 1, Algo.NVLS),
+    "vtrain-a100-8gpu-intranode-allreduce-LUT-1MiB-1GiB": ("dgx-a100", 1, Algo.RING),
+    "vtrain-a100-4gpu-intranode-allreduce-LUT-1MiB-1GiB": ("dgx-a100", 1, Algo.RING),
+    "vtrain-a100-2gpu-intranode-allreduce-LUT-1MiB-1GiB": ("dgx-a100", 1, Algo.RING),
+    "echo-azure-ndA100v4-allreduce-8gpu": ("dgx-a100", 1, None),
+    "echo-azure-ndA100v4-allreduce-16gpu": ("dgx-a100", 2, None),
+    "echo-azure-ndA100v4-allreduce-64gpu": ("dgx-a100", 8, None),
+}
+
+
+@pytest.mark.parametrize("stem", sorted(MEASURED))
+def test_no_measurement_beats_the_link_bound(stem):
+    """The bound is physics, not a wish: real runs stay under it, and inside a node (where
+    nothing but the GPUs' links limits a large AllReduce) come within 25 % of it."""
+    preset, nodes, algo = MEASURED[stem]
+    log = read_nccl_tests(DATA / f"{stem}.txt")
+    comm = Communicator.first(load_cluster(preset, nodes=nodes), log.nranks)
+    geom = comm.geometry()
+    algos = [algo] if algo else [a for a, _ in subspaces(comm, log.op)]
+    bound = max(busbw_bound_gbps(geom, log.op, a) for a in algos)
+    peak = max(row.busbw for row in log.rows if row.busbw)
+    assert peak <= bound, f"{stem}: measured {peak} GB/s > bound {bound:.1f}"
+    assert nodes > 1 or peak > 0.75 * bound, f"{stem}: bound {bound:.1f} GB/s is far above the measured {peak}"
