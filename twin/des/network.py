@@ -12,6 +12,10 @@ The work per event is that of the transfers it touches, not of all that run: a t
 the bytes it had left when its rate last changed (its progress since then follows from the
 clock), and the predicted ends wait in a heap, so a start, an end or a new cap costs the max-min
 problem of the transfers sharing links with it (and a heap operation) whatever else is moving.
+Transfers that load the same links tuple (one collective's schedule, step after step) share a
+*link table*: its own bottleneck and the tables it shares a link with are found once, so finding
+who shares links with a transfer walks tables, not links, and a collective alone on its links
+(thousands of them on a large ring) gets its rate without touching them.
 
 >>> from twin.model.geometry import LinkUse
 >>> env = simpy.Environment()
@@ -41,10 +45,12 @@ _END_SLACK_US = 1e-6
 class Transfer:
     """``nbytes`` of payload moving at a rate the network sets; ``done`` fires at the end."""
 
-    __slots__ = ("_env", "_left", "_stamp", "cap_gbps", "done", "end_us", "links", "order", "rate_gbps")
+    __slots__ = ("_env", "_left", "_stamp", "cap_gbps", "done", "end_us", "links", "order", "rate_gbps", "table")
 
-    def __init__(self, env: simpy.Environment, nbytes: float, links: tuple, cap_gbps: float, order: int = 0):
+    def __init__(self, env: simpy.Environment, nbytes: float, links: tuple, cap_gbps: float, order: int = 0,
+                 table: _Table | None = None):
         self._env = env
+        self.table = table
         self._left = float(nbytes)  # payload bytes left at time ``_stamp``
         self._stamp = env.now
         self.links = links
@@ -63,6 +69,24 @@ class Transfer:
         return f"Transfer(remaining={self.remaining:.0f}, rate={self.rate_gbps:.2f} GB/s)"
 
 
+class _Table:
+    """One links tuple as transfers load it: its bottleneck alone, the tables sharing a link with it,
+    and the active transfers that load it."""
+
+    __slots__ = ("bottleneck_gbps", "links", "neighbours", "transfers")
+
+    def __init__(self, links: tuple):
+        self.links = links  # held, so the tuple's id is not reused while the table is known
+        weight: dict[tuple[str, str], float] = {}
+        capacity: dict[tuple[str, str], float] = {}
+        for use in links:
+            weight[use.link] = weight.get(use.link, 0.0) + use.raw_per_payload
+            capacity[use.link] = use.capacity
+        self.bottleneck_gbps = min((capacity[k] / w for k, w in weight.items() if w > 0), default=math.inf)
+        self.neighbours: set[_Table] = set()
+        self.transfers: set[Transfer] = set()
+
+
 class FluidNetwork:
     """All links of a cluster, shared max-min fairly between the transfers on them.
 
@@ -75,7 +99,8 @@ class FluidNetwork:
     def __init__(self, env: simpy.Environment):
         self.env = env
         self.active: set[Transfer] = set()
-        self._users: dict[tuple[str, str], set[Transfer]] = {}
+        self._tables: dict[int, _Table] = {}  # by id of the links tuple
+        self._link_tables: dict[tuple[str, str], list[_Table]] = {}
         self._ends: list[tuple[float, int, Transfer]] = []  # predicted ends, a heap (stale entries skipped)
         self._wakes: list[float] = []  # times of pending wake-ups, a heap
         self._started = 0
@@ -83,15 +108,15 @@ class FluidNetwork:
     def start(self, nbytes: float, links: tuple, cap_gbps: float) -> Transfer:
         """Begin a transfer now; its rate is known as soon as this returns."""
         self._started += 1
-        t = Transfer(self.env, nbytes, links, cap_gbps, self._started)
+        t = Transfer(self.env, nbytes, links, cap_gbps, self._started, self._table(links) if links else None)
         if t._left <= _EPS_BYTES:
             t.done.succeed()
             return t
         finished = self._retire(0.0)
         self.active.add(t)
-        for use in links:
-            self._users.setdefault(use.link, set()).add(t)
-        if not links:
+        if t.table is not None:
+            t.table.transfers.add(t)
+        else:
             self._set_rate(t, t.cap_gbps)
         self._settle([t] if links else [], finished)
         return t
@@ -138,8 +163,8 @@ class FluidNetwork:
         finished.sort(key=lambda t: t.order)
         for t in finished:
             self.active.discard(t)
-            for use in t.links:
-                self._users[use.link].discard(t)
+            if t.table is not None:
+                t.table.transfers.discard(t)
             t.done.succeed()
         return finished
 
@@ -165,20 +190,29 @@ class FluidNetwork:
 
     # ---- max-min sharing -------------------------------------------------------------------
 
+    def _table(self, links: tuple) -> _Table:
+        """The table of ``links``, made and linked to the tables it shares links with on first use."""
+        table = self._tables.get(id(links))
+        if table is None:
+            table = self._tables[id(links)] = _Table(links)
+            for link in dict.fromkeys(use.link for use in links):
+                users = self._link_tables.setdefault(link, [])
+                for other in users:
+                    other.neighbours.add(table)
+                    table.neighbours.add(other)
+                users.append(table)
+        return table
+
     def _component(self, seeds: list[Transfer]) -> list[Transfer]:
         """Active transfers linked to ``seeds`` through shared links, in the order they started."""
-        seen: set[Transfer] = set()
-        links = [use.link for t in seeds for use in t.links]
-        visited: set[tuple[str, str]] = set()
-        while links:
-            link = links.pop()
-            if link in visited:
-                continue
-            visited.add(link)
-            for t in self._users.get(link, ()):
-                if t not in seen:
-                    seen.add(t)
-                    links.extend(use.link for use in t.links)
+        todo = list({t.table: None for t in seeds})
+        visited = set(todo)
+        while todo:
+            for other in todo.pop().neighbours:
+                if other not in visited and other.transfers:
+                    visited.add(other)
+                    todo.append(other)
+        seen = [t for table in visited for t in table.transfers]
         return sorted(seen, key=lambda t: t.order)
 
     def _assign_rates(self, transfers: list[Transfer]) -> None:
@@ -186,8 +220,7 @@ class FluidNetwork:
         weights and per-transfer caps."""
         if len(transfers) == 1:  # alone on its links: its own bottleneck or its cap
             t = transfers[0]
-            self._set_rate(t, min(t.cap_gbps, min((u.capacity / u.raw_per_payload for u in t.links
-                                                   if u.raw_per_payload > 0), default=math.inf)))
+            self._set_rate(t, min(t.cap_gbps, t.table.bottleneck_gbps))
             return
         unfrozen = list(transfers)
         used: dict[tuple[str, str], float] = {}
