@@ -77,12 +77,20 @@ def _run(case: str, dp: int | None, tuned: bool) -> dict:
 
 
 def exponent(a: dict, b: dict, key: str) -> float:
-    """``log(cost_b / cost_a) / log(world_b / world_a)``."""
+    """``log(cost_b / cost_a) / log(world_b / world_a)``.
+
+    >>> exponent({"world": 1024, "s": 2.0}, {"world": 4096, "s": 8.0}, "s")  # 4x the GPUs, 4x the cost
+    1.0
+    """
     return math.log(max(b[key], 1e-9) / max(a[key], 1e-9)) / math.log(b["world"] / a["world"])
 
 
 def fit_exponent(rows: list[dict], key: str) -> float:
-    """Least-squares slope of log cost over log world."""
+    """Least-squares slope of log cost over log world.
+
+    >>> round(fit_exponent([{"world": w, "s": 3.0} for w in (256, 1024, 16384)], "s"), 6)  # flat
+    0.0
+    """
     xs = [math.log(r["world"]) for r in rows]
     ys = [math.log(max(r[key], 1e-9)) for r in rows]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
