@@ -4,7 +4,9 @@
    GPUs of the a40-nvlink-pairs preset, as in the paper's Phi-2 workload), on one core.
    Target ≤ 10 s for about a million configurations.
 2. DES: one 1 GiB AllReduce over 64 GPUs (8 × dgx-a100), NCCL's default configuration.
-   Target ≤ 1 s; then the cost per simulated rank-step as ranks and chunks grow (should not grow).
+   Target ≤ 1 s; the same over 4,096 GPUs (512 nodes: a ring of tens of thousands of links,
+   whose steps the network rates without walking them); then the cost per simulated rank-step
+   as ranks and chunks grow (should not grow).
 
     python benchmarks/speed.py
 """
@@ -49,6 +51,15 @@ def des() -> None:
     simulate([CollectiveRun(schedule)])
     print(f"DES: 1 GiB AllReduce, 64 GPUs, {config}: {time.perf_counter() - start:.3f} s wall, "
           f"{int(schedule.n_steps)} steps")
+    start = time.process_time()
+    comm = Communicator.first(load_cluster("dgx-a100", nodes=512))
+    config, _, _ = resolve(comm, Op.ALLREDUCE, 1 << 30)
+    schedule = comm.schedule(comm.task(Op.ALLREDUCE, 1 << 30), config)
+    built = time.process_time()
+    simulate([CollectiveRun(schedule)])
+    print(f"DES: 1 GiB AllReduce, 4,096 GPUs, {config}: {time.process_time() - built:.3f} s CPU "
+          f"({built - start:.1f} s to build its schedule), {int(schedule.n_steps)} steps over "
+          f"{len(schedule.links):,} links")
     print(f"\n{'nodes':>5} {'ranks':>5} {'chunk':>8} {'steps':>6} {'wall s':>8} {'µs per rank-step':>17}")
     for nodes in (2, 4, 8):
         comm = Communicator.first(load_cluster("dgx-a100", nodes=nodes))

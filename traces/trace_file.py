@@ -309,18 +309,23 @@ class _Reader:
                 self.fail(f"{self.what} has no {key!r}")
             return None if default is ... else default
         value = self.obj[key]
-        ok = {
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "number": isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
-            "str": isinstance(value, str),
-            "ints": isinstance(value, list)
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
-            "list": isinstance(value, list),
-            "object": isinstance(value, dict),
-        }[kind]
-        if not ok:
+        if not _IS_KIND[kind](value):
             self.fail(f"{self.what}: {key!r} must be {_KIND_NAMES[kind]}, got {value!r:.60}")
         return value
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
+
+
+_IS_KIND = {  # only the kind asked for is checked: a trace has millions of fields
+    "int": _is_int,
+    "number": lambda v: (isinstance(v, float) or _is_int(v)) and math.isfinite(v),
+    "str": lambda v: isinstance(v, str),
+    "ints": lambda v: isinstance(v, list) and all(map(_is_int, v)),
+    "list": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
 
 
 _KIND_NAMES = {

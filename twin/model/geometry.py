@@ -183,7 +183,7 @@ class CommGeometry:
         self._route = lru_cache(maxsize=None)(self._route_uncached)
         self._orders: dict[tuple[int, int], list[str]] = {}
         self._flows: dict[tuple[str, int], list[Flow]] = {}
-        self._loads: dict[str, list[_Load]] = {}
+        self._loads: dict[str, dict[int, _Load]] = {}
         self._shares: dict[tuple, ChannelShare] = {}
         self._latencies: dict[tuple[str, Proto], float] = {}
 
@@ -368,12 +368,16 @@ class CommGeometry:
         return self._flows[key]
 
     def _load(self, pattern: str, nchannels: int) -> _Load:
-        """The load of ``pattern``'s first ``nchannels`` channels (built channel by channel, once)."""
+        """The load of ``pattern``'s first ``nchannels`` channels, kept for the channel counts asked
+        only: each is the nearest smaller one asked before plus the channels in between (one copy
+        of the link tables per count asked, not per channel)."""
         if pattern in _SAME_ON_EVERY_CHANNEL:
             return _Load().plus(self.channel_flows(pattern, 0), copies=nchannels)
-        built = self._loads.setdefault(pattern, [_Load()])
-        while len(built) <= nchannels:
-            built.append(built[-1].plus(self.channel_flows(pattern, len(built) - 1)))
+        built = self._loads.setdefault(pattern, {0: _Load()})
+        if nchannels not in built:
+            below = max(n for n in built if n < nchannels)
+            flows = [f for channel in range(below, nchannels) for f in self.channel_flows(pattern, channel)]
+            built[nchannels] = built[below].plus(flows)
         return built[nchannels]
 
     def share(self, pattern: str, nchannels: int, proto: Proto) -> ChannelShare:

@@ -160,7 +160,7 @@ def _agree(graphs: list[Graph]) -> Graph:
 
 def _host_signature(graph, host, gpus: list[str]) -> tuple:
     """What the search sees of a host, with node names replaced by their rank within the host."""
-    names = sorted((n for n, d in graph.nodes(data=True) if d.get("host") == host),
+    names = sorted(_host_nodes(graph, host, gpus),
                    key=lambda n: (graph.nodes[n]["kind"], graph.nodes[n].get("local", -1), n))
     index = {n: i for i, n in enumerate(names)}
     nodes = tuple((graph.nodes[n]["kind"], graph.nodes[n].get("gbps"), graph.nodes[n].get("model"),
@@ -168,6 +168,18 @@ def _host_signature(graph, host, gpus: list[str]) -> tuple:
     edges = tuple(sorted((*sorted((index[a], index[b])), d.get("kind"), d.get("bw"), d.get("nlinks"))
                          for a, b, d in graph.edges(names, data=True) if a in index and b in index))
     return nodes, edges
+
+
+def _host_nodes(graph, host, gpus: list[str]) -> set[str]:
+    """The nodes of ``host`` linked to its ``gpus`` through nodes of the host: what the search can
+    reach there, found by walking the host's part of the graph only (not every node of the cluster)."""
+    seen, todo = set(gpus), list(gpus)
+    while todo:
+        for n in graph[todo.pop()]:
+            if n not in seen and graph.nodes[n].get("host") == host:
+                seen.add(n)
+                todo.append(n)
+    return seen
 
 
 def _nvls_channels(sm: int, nnodes: int) -> int:

@@ -126,7 +126,8 @@ class ReplayResult:
 def covered(intervals: list[tuple[float, float]], start: float, end: float) -> float:
     """Time of ``[start, end)`` that disjoint sorted ``intervals`` cover."""
     total = 0.0
-    for lo, hi in intervals[max(bisect_right(intervals, (start, math.inf)) - 1, 0):]:
+    for i in range(max(bisect_right(intervals, (start, math.inf)) - 1, 0), len(intervals)):
+        lo, hi = intervals[i]
         if lo >= end:
             break
         total += max(0.0, min(hi, end) - max(lo, start))
