@@ -8,7 +8,7 @@ Per rank of the trace, mean over them, per iteration (ms):
   including time a posted call (a pipeline receive, say) waits for its peers
   (``ReplayResult.comm_us``);
 * ``comm_ms_by_op``: time the calls of each op run (from their last member's arrival to their end),
-  so their sum is at most ``comm_ms`` when calls wait for peers;
+  summed over calls, so less than ``comm_ms`` where calls wait for peers, more where they overlap;
 * ``exposed_comm_ms_by_op`` / ``_by_group``: the part of those calls no compute of the rank hides,
   by op and by the kind of group they run on (``tp``, ``dp``, ``pp``, ``embedding``...);
 * ``exposed_comm_ms``: their sum, at most what the iteration leaves beside compute;
