@@ -134,8 +134,8 @@ RUNS = {
     # GCP over RoCE (gIB): B200 a4 and H200 a3-ultra VMs; "2gpu-2node" is one GPU per VM.
     "gcp-a4-b200-2gpu-intranode-allgather": Run(GCP_A4),
     "gcp-a4-b200-2gpu-2node-allgather-roce": Run(GCP_A4, nodes=2, gpus_per_node=1, fabric=ROCE),
-    "gcp-a3ultra-h200-2gpu-2node-allgather-roce": Run("hgx-h200", nodes=2, gpus_per_node=1, fabric=ROCE),
-    "gcp-a3ultra-h200-2gpu-2node-allreduce-roce": Run("hgx-h200", nodes=2, gpus_per_node=1, fabric=ROCE),
+    "gcp-a3ultra-h200-2gpu-2node-allgather-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=ROCE),
+    "gcp-a3ultra-h200-2gpu-2node-allreduce-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=ROCE),
     # Nebius H200, 8x 400 Gb/s NDR per node; the job's image ships NCCL 2.23.4.
     "nebius-h200-16gpu-2node-allreduce-ib-1G-16G": Run("hgx-h200", nodes=2, nccl="2.23.4", fabric=IB),
     # AWS EFA: 2x p4de (4x 100 Gb/s each), 2x p5 (32x 100 Gb/s each).
