@@ -306,28 +306,42 @@ def test_a_damaged_input_is_a_sane_result_or_one_clear_line(seeds, tmp_path, kin
     assert outcome in ("ok", "clear"), detail
 
 
-def table(cases_per_cell: int = 6, seed: int = 0) -> str:
-    """The markdown table of outcomes per input kind (every mutation ``cases_per_cell`` times)."""
+def outcome_table(labels: list[str], run, columns: list[tuple[str, str]], cases_per_cell: int,
+                  seed: int = 0) -> str:
+    """A markdown table of ``run(label, how, rnd, folder) -> (outcome, detail)`` over every label and
+    mutation (``cases_per_cell`` times each): one row per label, a column per ``(header, outcome)``;
+    what is neither ``ok`` nor ``clear`` is listed below it."""
     rnd = random.Random(seed)
     rows, details = [], []
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        seeds = _seeds(Path(tmp))
         folder = Path(tmp) / "case"
         folder.mkdir()
-        for kind in KINDS:
+        for label in labels:
             counts: Counter[str] = Counter()
             for how in MUTATIONS:
                 for _ in range(cases_per_cell):
-                    outcome, detail = run_case(kind, seeds[kind], how, rnd, folder)
+                    outcome, detail = run(label, how, rnd, folder)
                     counts[outcome] += 1
                     if outcome not in ("ok", "clear"):
-                        details.append(f"{kind} / {outcome}: {detail}")
-            rows.append(f"| {kind} | {sum(counts.values())} | {counts['clear']} | {counts['ok']} | "
-                        f"{counts['traceback']} | {counts['hang']} | {counts['silent']} |")
-    head = ["| input kind | cases | clear errors | sane results | tracebacks | hangs | silent acceptances |",
-            "|---|---|---|---|---|---|---|"]
+                        details.append(f"{label} / {outcome}: {detail}")
+            rows.append(f"| {label} | {sum(counts.values())} | " + " | ".join(str(counts[o]) for _, o in columns[1:])
+                        + " |")
+    head = [f"| {columns[0][0]} | cases | " + " | ".join(h for h, _ in columns[1:]) + " |",
+            "|---" * (len(columns) + 1) + "|"]
     return "\n".join([*head, *rows, "", f"({time.monotonic() - began:.0f} s)", *details])
+
+
+def table(cases_per_cell: int = 6, seed: int = 0) -> str:
+    """The markdown table of outcomes per input kind (every mutation ``cases_per_cell`` times)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        seeds = _seeds(Path(tmp))
+        return outcome_table(KINDS, lambda kind, how, rnd, folder: run_case(kind, seeds[kind], how, rnd, folder),
+                             [("input kind", ""), *OUTCOMES], cases_per_cell, seed)
+
+
+OUTCOMES = [("clear errors", "clear"), ("sane results", "ok"), ("tracebacks", "traceback"), ("hangs", "hang"),
+            ("silent acceptances", "silent")]
 
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ import random
 import shutil
 import signal
 import tempfile
-import time
 import traceback
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +27,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ccltwin import app
-from tests.test_fuzz_inputs import FR, MUTATIONS, Hang, _alarm, _mutate
+from tests.test_fuzz_inputs import FR, MUTATIONS, OUTCOMES, Hang, _alarm, _mutate, outcome_table
 from tests.testdata import DATA
 from traces.trace_file import load_trace
 from tuner.config import Algo, Config, Proto, Transport
@@ -61,6 +59,7 @@ def _strict_json(path: Path) -> None:
         raise AssertionError(f"{path.name} holds {constant}, which strict JSON parsers refuse")
 
     json.loads(path.read_text(), parse_constant=refuse)
+    _trace_ok(path)
 
 
 def _cluster_ok(path: Path) -> None:
@@ -243,27 +242,12 @@ def test_a_damaged_input_never_breaks_a_writing_command(commands, tmp_path, labe
 
 def table(cases_per_cell: int = 3, seed: int = 0) -> str:
     """The markdown table of outcomes per command (every mutation ``cases_per_cell`` times)."""
-    rnd = random.Random(seed)
-    rows, details = [], []
-    began = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         commands = _commands(Path(tmp))
-        folder = Path(tmp) / "case"
-        folder.mkdir()
-        for label in LABELS:
-            counts: Counter[str] = Counter()
-            for how in MUTATIONS:
-                for _ in range(cases_per_cell):
-                    outcome, detail = run_case(commands[label], how, rnd, folder)
-                    counts[outcome] += 1
-                    if outcome not in ("ok", "clear"):
-                        details.append(f"{label} / {outcome}: {detail}")
-            rows.append(f"| {label} | {sum(counts.values())} | {counts['clear']} | {counts['ok']} | "
-                        f"{counts['traceback']} | {counts['hang']} | {counts['silent']} | {counts['lost']} | "
-                        f"{counts['vague']} |")
-    head = ["| command | cases | clear errors | sane outputs | tracebacks | hangs | silent acceptances | "
-            "outputs lost or half-written | errors not naming the file |", "|---|---|---|---|---|---|---|---|---|"]
-    return "\n".join([*head, *rows, "", f"({time.monotonic() - began:.0f} s)", *details])
+        return outcome_table(LABELS, lambda label, how, rnd, folder: run_case(commands[label], how, rnd, folder),
+                             [("command", ""), ("clear errors", "clear"), ("sane outputs", "ok"),
+                              *OUTCOMES[2:], ("outputs lost or half-written", "lost"),
+                              ("errors not naming the file", "vague")], cases_per_cell, seed)
 
 
 if __name__ == "__main__":
