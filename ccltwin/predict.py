@@ -115,7 +115,8 @@ def predict(
     version = nccl_version_of(nccl_version)
     if zero not in (0, 1, 2, 3):
         raise CcltwinError(f"--zero {zero}: expected 0, 1, 2 or 3")
-    dtype = {"half": "float16"}.get(parse_dtype(dtype), parse_dtype(dtype))
+    dtype = parse_dtype(dtype)
+    dtype = "float16" if dtype == "half" else dtype
     if dtype not in ("float16", "bfloat16"):
         raise CcltwinError(f"--dtype {dtype}: expected float16 or bfloat16")
     params, _ = params_of(profile)

@@ -69,8 +69,6 @@ def whatif(
     prices = _per_topology(price_per_gpu_hour, len(topologies), "--price-per-gpu-hour")
     if any(n is not None and n < 1 for n in node_counts):
         raise CcltwinError("--nodes must be at least 1")
-    if any(p is not None and p < 0 for p in prices):
-        raise CcltwinError("--price-per-gpu-hour must be at least 0")
     path, name = (trace, trace.name.removesuffix(".gz").removesuffix(".json")) if trace else default_trace()
     if engine not in ENGINES:
         raise CcltwinError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")

@@ -12,6 +12,7 @@ benchmarks/RESULTS.md (section Hardening).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
@@ -245,6 +246,18 @@ def _alarm(signum, frame):
     raise Hang
 
 
+@contextlib.contextmanager
+def bounded(seconds: int):
+    """Raise ``Hang`` inside the block once it has run ``seconds``."""
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_case(kind: str, seed: tuple, how: str, rnd: random.Random, folder: Path) -> tuple[str, str]:
     """(outcome, detail): ``ok``, ``clear`` error, ``traceback``, ``hang``, or ``silent`` (accepted
     but not sane)."""
@@ -252,10 +265,9 @@ def run_case(kind: str, seed: tuple, how: str, rnd: random.Random, folder: Path)
     path = folder / (name + ".gz" if how == "corrupt gzip" and not name.endswith(".gz") and kind != "tuning store"
                      else name)
     path.write_bytes(_mutate(data, how, rnd))
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(CASE_SECONDS)
     try:
-        reader(path)
+        with bounded(CASE_SECONDS):
+            reader(path)
         return "ok", ""
     except CcltwinError as err:
         message = str(err)
@@ -269,8 +281,6 @@ def run_case(kind: str, seed: tuple, how: str, rnd: random.Random, folder: Path)
     except Exception:
         return "traceback", f"{how}: {traceback.format_exc(limit=-3)}"
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
         for leftover in folder.iterdir():
             leftover.unlink()
 

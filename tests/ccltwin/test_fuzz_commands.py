@@ -14,7 +14,6 @@ import csv
 import json
 import random
 import shutil
-import signal
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from ccltwin import app
-from tests.test_fuzz_inputs import FR, MUTATIONS, OUTCOMES, Hang, _alarm, _mutate, outcome_table
+from tests.test_fuzz_inputs import FR, MUTATIONS, OUTCOMES, Hang, _mutate, bounded, outcome_table
 from tests.testdata import DATA
 from traces.trace_file import load_trace
 from tuner.config import Algo, Config, Proto, Transport
@@ -105,13 +104,23 @@ class Command:
         return [{"IN": str(damaged), "OUT": str(output)}.get(part, part) for part in self.template]
 
 
-def _commands(tmp: Path) -> dict[str, Command]:
-    trace = tmp / "job.json"
+def job_trace(folder: Path) -> Path:
+    """The repository's real flight-recorder dumps imported as one trace, ``folder/job.json``."""
+    trace = folder / "job.json"
     imported = runner.invoke(app, ["trace", "import", *map(str, sorted(FR.glob("*.json"))), "-o", str(trace)])
     assert imported.exit_code == 0, imported.output
+    return trace
+
+
+PLAN = ("world_size: 16\ntp: 8\ndp: 2\nsequence_parallel: true\nzero: 1\nmicro_batches: 2\nmicro_batch_size: 1\n"
+        "grad_dtype: float32\n")
+"""A small plan for llama-3.1-8b that generates in about a second."""
+
+
+def _commands(tmp: Path) -> dict[str, Command]:
+    trace = job_trace(tmp)
     plan = tmp / "plan.yaml"
-    plan.write_text("world_size: 16\ntp: 8\ndp: 2\nsequence_parallel: true\nzero: 1\nmicro_batches: 2\n"
-                    "micro_batch_size: 1\ngrad_dtype: float32\n")
+    plan.write_text(PLAN)
     store = tmp / "seed.db"
     with Store(store) as db:
         defaults = db.add_unseen(read_nccl_tests_measurements(L40S_LOG, hardware="l40s"))
@@ -166,37 +175,38 @@ def run_case(command: Command, how: str, rnd: random.Random, folder: Path) -> tu
     if command.output and command.earlier and rnd.random() < 0.5:
         output.write_bytes(EARLIER)
     before = output.read_bytes() if output.exists() else None
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(CASE_SECONDS)
     try:
-        result = runner.invoke(app, command.argv(damaged, output), catch_exceptions=True)
-        if isinstance(result.exception, Hang):
-            return "hang", how
-        if result.exit_code not in (0, 2) or (result.exception and not isinstance(result.exception, SystemExit)):
-            detail = "".join(traceback.format_exception(result.exception, limit=-3)) if result.exception else ""
-            return "traceback", f"{how}: exit {result.exit_code}: {detail or result.output[-300:]}"
-        if result.exit_code == 0:
-            try:
-                command.check(output)
-            except Exception as err:  # any refusal of the output is the finding
-                return "silent", f"{how}: {err!r}"[:300]
-            return "ok", ""
-        lines = [line for line in result.output.strip().splitlines() if not line.startswith("warning:")]
-        if len(lines) != 1 or not lines[0].startswith("error: "):
-            return "traceback", f"{how}: not one error line: {result.output[-300:]!r}"
-        if damaged.name not in lines[0]:
-            return "vague", f"{how}: {lines[0][:200]}"
-        if command.output is None:
-            return "clear", lines[0]
-        after = output.read_bytes() if output.exists() else None
-        if after != before:
-            return "lost", f"{how}: the output was {'changed' if after else 'removed'}: {lines[0][:200]}"
-        return "clear", lines[0]
+        with bounded(CASE_SECONDS):
+            return _outcome(command, how, damaged, output, before)
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
         shutil.rmtree(folder)
         folder.mkdir()
+
+
+def _outcome(command: Command, how: str, damaged: Path, output: Path, before: bytes | None) -> tuple[str, str]:
+    result = runner.invoke(app, command.argv(damaged, output), catch_exceptions=True)
+    if isinstance(result.exception, Hang):
+        return "hang", how
+    if result.exit_code not in (0, 2) or (result.exception and not isinstance(result.exception, SystemExit)):
+        detail = "".join(traceback.format_exception(result.exception, limit=-3)) if result.exception else ""
+        return "traceback", f"{how}: exit {result.exit_code}: {detail or result.output[-300:]}"
+    if result.exit_code == 0:
+        try:
+            command.check(output)
+        except Exception as err:  # any refusal of the output is the finding
+            return "silent", f"{how}: {err!r}"[:300]
+        return "ok", ""
+    lines = [line for line in result.output.strip().splitlines() if not line.startswith("warning:")]
+    if len(lines) != 1 or not lines[0].startswith("error: "):
+        return "traceback", f"{how}: not one error line: {result.output[-300:]!r}"
+    if damaged.name not in lines[0]:
+        return "vague", f"{how}: {lines[0][:200]}"
+    if command.output is None:
+        return "clear", lines[0]
+    after = output.read_bytes() if output.exists() else None
+    if after != before:
+        return "lost", f"{how}: the output was {'changed' if after else 'removed'}: {lines[0][:200]}"
+    return "clear", lines[0]
 
 
 @pytest.fixture(scope="module")

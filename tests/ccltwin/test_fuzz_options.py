@@ -10,13 +10,13 @@ wrong type), in bounded time; never a traceback, never ``nan`` or ``inf`` printe
 from __future__ import annotations
 
 import re
-import signal
 
 import pytest
 from typer.testing import CliRunner
 
 from ccltwin import app
-from tests.test_fuzz_inputs import FR, Hang, _alarm
+from tests.ccltwin.test_fuzz_commands import PLAN, job_trace
+from tests.test_fuzz_inputs import FR, Hang, bounded
 
 CASE_SECONDS = 30
 runner = CliRunner()
@@ -28,14 +28,11 @@ WORDS = {"--sizes": ["3B", "0", "-1MiB", "1e999", "nan", "1ZiB", "8B:1B", "1MiB:
          "--min-size": ["-1", "nan", "1e999"],
          "--dtype": ["bf17", "", "float128"],
          "--nccl-version": ["0.0.0", "99.99.99", "2.x", "-1.2.3", "2.28.9.1", ""]}
-PLAN = "world_size: 16\ntp: 8\ndp: 2\nmicro_batches: 2\nmicro_batch_size: 1\n"
 
 
 def _bases(tmp):
     """A command line per command that runs fine as it stands (fast)."""
-    trace = tmp / "job.json"
-    imported = runner.invoke(app, ["trace", "import", *map(str, sorted(FR.glob("*.json"))), "-o", str(trace)])
-    assert imported.exit_code == 0, imported.output
+    trace = job_trace(tmp)
     plan = tmp / "plan.yaml"
     plan.write_text(PLAN)
     out = str(tmp / "out")
@@ -80,13 +77,8 @@ def _with(argv: list[str], option: str, value: str) -> list[str]:
 
 
 def run_case(argv: list[str]) -> tuple[str, str]:
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(CASE_SECONDS)
-    try:
+    with bounded(CASE_SECONDS):
         result = runner.invoke(app, argv, terminal_width=250)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
     if isinstance(result.exception, Hang):
         return "hang", ""
     if result.exception is not None and not isinstance(result.exception, SystemExit):

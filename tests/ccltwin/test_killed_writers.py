@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ccltwin.test_fuzz_commands import EARLIER, L40S, L40S_LOG, ROOT
+from tests.ccltwin.test_fuzz_commands import EARLIER, L40S, L40S_LOG, ROOT, job_trace
 from tests.test_fuzz_inputs import FR
 from tests.testdata import DATA
 from traces.trace_file import load_trace
@@ -110,13 +110,6 @@ def _full_seconds(writer: Writer, folder: Path, trace: Path) -> float:
     return time.monotonic() - began
 
 
-def _trace(folder: Path) -> Path:
-    trace = folder / "job.json"
-    subprocess.run([sys.executable, "-m", "ccltwin", "trace", "import", *map(str, sorted(FR.glob("*.json"))), "-o",
-                    str(trace)], env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, stdout=subprocess.DEVNULL)
-    return trace
-
-
 def _clean(folder: Path) -> None:
     for path in folder.iterdir():
         path.unlink()
@@ -125,7 +118,7 @@ def _clean(folder: Path) -> None:
 @pytest.mark.parametrize("label", ["trace generate", "store import"])
 def test_a_killed_writer_leaves_the_earlier_output_or_a_complete_one(tmp_path, label):
     writer, rnd = WRITERS[label], random.Random(label)
-    trace = _trace(tmp_path)
+    trace = job_trace(tmp_path)
     folder = tmp_path / "round"
     folder.mkdir()
     full = _full_seconds(writer, folder, trace)
@@ -150,7 +143,7 @@ def table(rounds: int = 10, seed: int = 0) -> str:
     rnd = random.Random(seed)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        trace = _trace(Path(tmp))
+        trace = job_trace(Path(tmp))
         folder = Path(tmp) / "round"
         folder.mkdir()
         for label, writer in WRITERS.items():
