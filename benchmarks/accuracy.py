@@ -83,8 +83,8 @@ class Run:
     """The NCCL release where the log does not print it but its header or source names it."""
     fabric: str | None = None
     """The network between nodes as the header names it: infiniband, roce, efa (None: one node).
-    Shown in the table; the cluster format has no NIC kind yet, so the twin models every fabric
-    as the NICs' line rate."""
+    Shown in the table; the twin models the fabric kind of ``topology`` (its YAML's
+    ``fabric.kind``), which the tests hold to this."""
 
 
 CLUSTERS = HERE / "clusters"

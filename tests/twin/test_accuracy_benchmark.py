@@ -63,6 +63,7 @@ def test_heldout_logs_say_where_they_come_from_and_fit_their_cluster(path):
     # A multi-node run fills every node the entry names; a one-node run fits in its node.
     assert len(cluster.gpus()) == log.nranks if run.nodes > 1 else log.nranks <= len(cluster.gpus())
     assert (run.fabric is None) == (run.nodes == 1)
+    assert run.fabric in (None, cluster.fabric.name)  # the twin models the fabric the header names
 
 
 def test_measured_busbw_comes_from_the_time_where_the_printed_busbw_is_rounding():
