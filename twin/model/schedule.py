@@ -212,12 +212,15 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
                                                                            nthreads, 1.0, params=params))
         gbps = np.minimum(share.gbps * rate_scale, cap)
-        # A ring's LL grain is one CTA pass in time: its lines at the CTA's rate, however slowly
-        # the link then carries them (the receiver takes each line as it lands).  A pipeline's
-        # hops split their threads (``tree_split``) and forward one warp's lines at a time.
+        # A ring's or a chain's LL grain is one CTA pass in time: its lines at the CTA's rate,
+        # however slowly the link then carries them (the receiver takes each line as it lands, and
+        # thread t of every rank forwards line t, ``LLGenericOp``).  So a chain fills one pass per
+        # hop whatever its thread count, and fewer threads (NCCL's per-thread thresholds) cost
+        # only their extra passes.  A tree's hops split their threads (``tree_split``) and forward
+        # one warp's lines at a time.
         grain_unit = unit
         if proto is Proto.LL:
-            grain_unit = unit * gbps / cap if shape == "rounds" else LL_WARP_UNIT_BYTES
+            grain_unit = unit * gbps / cap if shape == "rounds" or pattern == "chain" else LL_WARP_UNIT_BYTES
         grain = chunk
         if shape == "pipeline":
             # A rank forwards a chunk's first grain while the rest still arrives, so the pipeline
