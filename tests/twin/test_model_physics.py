@@ -387,6 +387,24 @@ def test_nvls_chunk_size_barely_moves_its_bandwidth_and_it_stays_under_the_measu
         assert 440 < predict(comm, Op.ALLREDUCE, size).busbw_gbps < 490
 
 
+def test_an_ll_chain_fills_one_cta_pass_per_hop_whatever_its_threads():
+    """Thread t of every rank of a Broadcast chain forwards LL line t as it lands (``LLGenericOp``),
+    so each hop's fill is one pass of the CTA, and fewer threads cost exactly the extra passes of
+    the data; at NCCL's own thread threshold (8 B × 8 ranks per thread) the time then falls by
+    less than rule (b)'s 25 % (it fell 32 % with a fixed 2 KiB grain)."""
+    geom = CommGeometry(load_cluster("dgx-h100"))
+    n = 16 << 10
+    chains = {nt: schedule_for(geom, Op.BROADCAST, n, Algo.RING, Proto.LL, 1, nt, 32768) for nt in (128, 256, 512)}
+    for nt, s in chains.items():
+        assert float(s.unit_bytes) == pytest.approx(nt * 8 * float(s.gbps) / float(s.cap_gbps))
+        extra = n / (float(s.gbps) * 1e3) - n / (float(chains[512].gbps) * 1e3)
+        assert float(s.time_us()) - float(chains[512].time_us()) == pytest.approx(extra)
+    comm = Communicator.first(load_cluster("dgx-h100"))
+    below, above = predict(comm, Op.BROADCAST, n - 16), predict(comm, Op.BROADCAST, n)
+    assert (below.config.nthreads, above.config.nthreads) == (128, 256)
+    assert 0.75 < above.time_us / below.time_us < 1
+
+
 def test_every_broadcast_channel_starts_at_the_root():
     geom = CommGeometry(load_cluster("dgx-h100"))
     for channel in range(4):
