@@ -86,6 +86,10 @@ class ReleaseFacts:
     ``graph_search.SPEED_INTRA``/``SPEED_INTER``."""
     sm80_nvlink_bw: float
     """GB/s NCCL counts per A100 NVLink (``SM80_NVLINK_WIDTH``/``_BW`` in ``src/graph/topo.h``)."""
+    ring_chunk_quantum: bool
+    """2.8 – 2.19: a ring kernel's last loop rounds each rank's piece per channel up to a whole
+    quantum (``ring_quantum_bytes``), so a call that does not fill its channels evenly steps at the
+    rounded piece while the ranks past the data idle; from 2.20 the host splits it evenly."""
     cell_scheduler: bool
     """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
     channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
@@ -123,6 +127,9 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         # nodes; src/graph/topo.h: SM80_NVLINK_WIDTH 21.0 (DGX A100: 6 rings at 42 GB/s, split
         # into 12 at 21, 24 channels)
         search_speeds=(_SPEEDS_2_8, _SPEEDS_2_8), sm80_nvlink_bw=21.0,
+        # src/collectives/device/all_reduce.h, all_gather.h, reduce_scatter.h @ v2.8.4-1 (and
+        # src/device/all_reduce.h @ v2.19.3-1): realChunkSize / chunkSize rounded up to minChunkSize
+        ring_chunk_quantum=True,
     )),
     ((2, 10, 3), "src/graph/tuning.cc, src/enqueue.cc, src/graph/search.cc, src/graph/topo.h @ v2.10.3-1 "
                  "(Tree/CollNet Simple +3 warps; speedArrayIntra/Inter, SM80_NVLINK_WIDTH 22)", dict(
@@ -194,8 +201,10 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 14.0), (0, 0, 31.0), (0, 0, 30.0), (0, 0, 18.0), (0, 0, 14.0))),
     )),
-    ((2, 20, 3), "src/graph/tuning.cc @ v2.20.3-1 (CollNetDirect AllGather/ReduceScatter)",
-     dict(gather_algos=("ring", "nvls", "collnet_direct"))),
+    ((2, 20, 3), "src/graph/tuning.cc, src/enqueue.cc, src/device/all_reduce.h @ v2.20.3-1 (CollNetDirect "
+                 "AllGather/ReduceScatter; the host splits a call over channels, last chunk even: "
+                 "computeCollLastChunkInfo)",
+     dict(gather_algos=("ring", "nvls", "collnet_direct"), ring_chunk_quantum=False)),
     ((2, 21, 5), "src/graph/tuning.cc @ v2.21.5-1 (Ring LL 1/4 -> 1/2, Hopper LL rows)", dict(
         hw_lat=(_lat((.6, 1.25, 28.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25.0), (0, 0, 25.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
