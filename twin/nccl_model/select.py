@@ -241,7 +241,9 @@ def ring_quantum_bytes(version: tuple[int, int, int], op: Op, proto: Proto, nthr
     performance much, much smoother"), ``nthreads × 60`` for Broadcast and Reduce; Simple the
     worker threads' 8 bytes each (``ALIGN_SIZE(realChunkSize, nthreads*sizeof(uint64_t))`` with
     ``nthreads = nThreads - WARP_SIZE``).  Source: ``src/collectives/device/all_reduce.h``,
-    ``broadcast.h``, ``all_gather.h`` @ v2.8.4-1, ``src/device/all_reduce.h`` @ v2.19.3-1.
+    ``broadcast.h``, ``all_gather.h`` @ v2.8.4-1 (AllGather/ReduceScatter LL take ``lastChunkSize``,
+    aligned to ``nThreads × 8`` bytes in ``computeColl``, ``src/enqueue.cc``), and
+    ``src/device/all_reduce.h`` @ v2.19.3-1.
 
     >>> [ring_quantum_bytes(v, Op.ALLREDUCE, Proto.LL128, 640) for v in ((2, 8, 4), (2, 19, 3), (2, 20, 3))]
     [19200, 19200, 0]
