@@ -417,3 +417,37 @@ def test_nvls_tree_can_be_forced_by_its_name():
     comm = Communicator.first(load_cluster("dgx-h100", nodes=2))
     p = predict(comm, Op.ALLREDUCE, 256 * MIB, algo=Algo.NVLS_TREE)
     assert p.config.algo is Algo.NVLS_TREE and p.chosen_by == "user+nccl"
+
+
+def _dgx_a100(version):
+    return Communicator.first(load_cluster("dgx-a100"), nccl_version=version)
+
+
+def test_nccl_2_8_ring_kernels_step_at_the_rounded_piece():
+    """NCCL 2.8 – 2.19 ring kernels round each rank's piece of the last loop up to a quantum
+    (LL128 AllReduce: 640 threads × 30 B = 19,200 B, ``all_reduce.h`` @ v2.8.4-1): 2 MiB over 24
+    channels and 8 ranks steps at 19,200 B, not the 10,923 B an even split (2.20+) gives, so the
+    call takes longer; where the call fills its channels (512 KiB of LL on 16 channels) nothing
+    changes."""
+    config = Config(Algo.RING, Proto.LL128, Transport.P2P, 24, 640, 576000)
+    old, new = (_dgx_a100(v).schedule(_dgx_a100(v).task(Op.ALLREDUCE, 2 * MIB), config)
+                for v in ((2, 8, 4), (2, 20, 3)))
+    assert float(old.step_bytes) == 19200 and float(new.step_bytes) == pytest.approx(2 * MIB / 24 / 8)
+    assert old.time_us() > new.time_us() * 1.15
+    ll = Config(Algo.RING, Proto.LL, Transport.P2P, 16, 512, 32768)
+    even = [_dgx_a100(v).schedule(_dgx_a100(v).task(Op.ALLREDUCE, 512 << 10), ll).time_us()
+            for v in ((2, 8, 4), (2, 28, 9))]
+    assert even[0] == pytest.approx(even[1])
+
+
+@pytest.mark.parametrize("proto", list(Proto))
+def test_rounded_pieces_keep_time_monotone_in_size(proto):
+    """The rounding never makes a larger call of the same configuration faster (sizes 4 KiB to
+    64 MiB, every 1/8 octave, NCCL 2.8.4)."""
+    comm = _dgx_a100((2, 8, 4))
+    threads = {Proto.LL: 512, Proto.LL128: 640, Proto.SIMPLE: 544}[proto]
+    chunk = {Proto.LL: 32768, Proto.LL128: 576000, Proto.SIMPLE: 2 * MIB}[proto]
+    config = Config(Algo.RING, proto, Transport.P2P, 24, threads, chunk)
+    sizes = sorted({int(2 ** (12 + i / 8)) // 4 * 4 for i in range(8 * 14 + 1)})
+    times = [comm.schedule(comm.task(Op.ALLREDUCE, n), config).time_us() for n in sizes]
+    assert all(b >= a * (1 - 1e-12) for a, b in pairwise(times))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
+from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us
 from twin.model.protocols import hop_latency_us, store_efficiency
 from twin.params import DEFAULT_PARAMS, TwinParams
@@ -161,12 +162,15 @@ class CommGeometry:
 
     ``params`` are the physical constants every share, latency and schedule of the communicator
     is computed with (its caches hold results for them only), as the cluster's fabric kind sees
-    them (``TwinParams.on_fabric``).
+    them (``TwinParams.on_fabric``); ``nccl_version`` the release whose kernels run.
     """
 
     def __init__(self, cluster: Cluster, ranks: list[str] | None = None, transport: Transport = Transport.P2P, *,
-                 params: TwinParams = DEFAULT_PARAMS):
+                 params: TwinParams = DEFAULT_PARAMS, nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION):
         self.cluster = cluster
+        self.nccl_version = nccl_version
+        """The NCCL release whose kernels move the data (``schedule_for`` asks it how a ring
+        kernel splits its last loop)."""
         self.ranks = list(ranks) if ranks is not None else cluster.gpus()
         self.transport = transport
         self.params = params.on_fabric(cluster.fabric.name)

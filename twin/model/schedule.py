@@ -30,6 +30,7 @@ from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, lay
 from twin.model.geometry import CommGeometry, LinkUse
 from twin.model.protocols import cta_copy_gbps
 from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS
+from twin.nccl_model.select import ring_quantum_bytes
 from twin.params import DEFAULT_PARAMS, TwinParams
 
 LL_WARP_UNIT_BYTES = 8 * 32 * 8
@@ -228,6 +229,11 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             grain = np.minimum(chunk, grain_unit + gbps * 1e3 * share.step_us)
         loops = np.maximum(1, np.ceil(per_channel / (loop_bytes_per_chunk * grain)))
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
+        quantum = ring_quantum_bytes(geom.nccl_version, op, proto, nthreads)
+        if shape == "rounds" and algo is Algo.RING and np.any(quantum):
+            # NCCL 2.8 – 2.19 round each rank's piece up to a quantum: a step lasts as long as the
+            # rounded piece, which the ranks before the end carry while the rest idle.
+            step_bytes = np.minimum(chunk, np.ceil(step_bytes / quantum) * quantum)
         grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
                                  else grain_unit, step_bytes)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,

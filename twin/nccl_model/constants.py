@@ -27,6 +27,7 @@ LL128_MAX_NTHREADS = 640
 THREAD_THRESHOLD = (8, 8, 64)  # LL, LL128, Simple (Ring LL is multiplied by nRanks)
 COLLNET_THREAD_THRESHOLD = 512
 LL128_LINEELEMS, LL128_DATAELEMS = 16, 15
+LL128_SHMEM_ELEMS_PER_THREAD = 8  # NCCL_LL128_SHMEM_ELEMS_PER_THREAD (src/include/device.h; devcomm.h @ v2.8.4-1)
 GRAIN_BYTES = (16, 1920, 512)  # ncclProtoGrainSize: LL, LL128, Simple
 PCI_BW = 12.0  # GB/s, PCIe Gen3 x16 as NCCL counts it
 NVLS_CHUNK = 128 << 10

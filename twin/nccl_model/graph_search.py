@@ -63,7 +63,15 @@ class Graph:
     """(NIC in, NIC out) of each channel on multi-host searches."""
 
 
-def speeds(sm_version: int, inter: bool) -> tuple[float, ...]:
+def speeds(sm_version: int, inter: bool, lists: tuple | None = None) -> tuple[float, ...]:
+    """The speeds ``ncclTopoCompute`` tries, highest first; ``lists``: a release's own (intra, inter)
+    lists for GPUs before Hopper (``ReleaseFacts.search_speeds``), else the 2.18+ ones.
+
+    >>> speeds(80, False)[:3], speeds(80, False, ((42.0, 30.0), (42.0, 30.0)))
+    ((40.0, 30.0, 20.0), (42.0, 30.0))
+    """
+    if lists is not None and sm_version < 90:
+        return lists[1 if inter else 0]
     key = 100 if sm_version >= 100 else (90 if sm_version >= 90 else 80)
     return (SPEED_INTER if inter else SPEED_INTRA)[key]
 
@@ -73,19 +81,21 @@ _FRAMES_PER_GPU = 40
 NVL72, goes about 2,900 deep; NCCL's C recursion has no such limit)."""
 
 
-def compute(system: NodeSystem, pattern: str, min_channels: int, max_channels: int) -> Graph:
-    """``ncclTopoCompute`` for one pattern on one host."""
+def compute(system: NodeSystem, pattern: str, min_channels: int, max_channels: int,
+            speed_lists: tuple | None = None) -> Graph:
+    """``ncclTopoCompute`` for one pattern on one host (``speed_lists``: see ``speeds``)."""
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 1000 + _FRAMES_PER_GPU * len(system.gpus)))
     try:
-        return _Search(system).compute(Graph(pattern, min_channels, max_channels))
+        return _Search(system, speed_lists).compute(Graph(pattern, min_channels, max_channels))
     finally:
         sys.setrecursionlimit(limit)
 
 
 class _Search:
-    def __init__(self, system: NodeSystem) -> None:
+    def __init__(self, system: NodeSystem, speed_lists: tuple | None = None) -> None:
         self.sys = system
+        self.speed_lists = speed_lists
         self.gpus = system.gpus
         self.nets = system.nets
         self.inter = system.inter
@@ -128,7 +138,7 @@ class _Search:
         if ngpus == 1 and graph.pattern != RING:
             graph.pattern = TREE
 
-        self.speed = speed = speeds(sys.sm_version, sys.inter)
+        self.speed = speed = speeds(sys.sm_version, sys.inter, self.speed_lists)
         self.max_bw, self.total_bw = self._max_bw(), self._total_bw()
         total_bw = self.total_bw * (ngpus / (ngpus - 1) if ngpus > 1 and graph.pattern != RING else 1)
         self.idx = 0

@@ -80,10 +80,27 @@ class ReleaseFacts:
     """Warps ``getAlgoInfo`` adds to a Simple kernel, per algorithm (sync and split-thread warps)."""
     min_warps: int  # the fewest warps a kernel gets (≥ 2.19: 3)
     tree_all_threads: bool  # ≥ 2.22: "Tree now uses all threads always" (and PAT)
+    search_speeds: tuple | None
+    """(intra, inter) speed lists ``ncclTopoCompute`` tries on GPUs older than Hopper, GB/s per
+    channel, highest first (``speedArray`` in ``src/graph/search.cc``); None: the 2.18+ lists of
+    ``graph_search.SPEED_INTRA``/``SPEED_INTER``."""
+    sm80_nvlink_bw: float
+    """GB/s NCCL counts per A100 NVLink (``SM80_NVLINK_WIDTH``/``_BW`` in ``src/graph/topo.h``)."""
+    ring_chunk_quantum: bool
+    """2.8 – 2.19: a ring kernel's last loop rounds each rank's piece per channel up to a whole
+    quantum (``ring_quantum_bytes``), so a call that does not fill its channels evenly steps at the
+    rounded piece while the ranks past the data idle; from 2.20 the host splits it evenly."""
     cell_scheduler: bool
     """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
     channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
 
+
+_SPEEDS_2_8 = (42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+"""``speedArray`` of ``src/graph/search.cc`` @ v2.8.4-1 (and v2.9.9-1)."""
+_SPEEDS_2_10 = ((44.0, 30.0, 22.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+                (48.0, 30.0, 24.0, 22.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24,
+                 0.12))
+"""``speedArrayIntra``/``speedArrayInter`` of ``src/graph/search.cc`` @ v2.10.3-1 – v2.17.1-1."""
 
 # (first release, where read, facts changed there)
 CHANGES: tuple[tuple[Version, str, dict], ...] = (
@@ -106,8 +123,17 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         tree_split_factor=False, max_channels=32, net_peer_channels=1, cell_scheduler=False,
         # src/enqueue.cc @ v2.8.4-1 getAlgoInfo: +1 sync warp for Simple, +1 more for Tree
         simple_sync_warps=(2, 1, 1, 1, 1, 1, 1), min_warps=0, tree_all_threads=False,
+        # src/graph/search.cc @ v2.8.4-1: one speedArray for rings and trees, inside and between
+        # nodes; src/graph/topo.h: SM80_NVLINK_WIDTH 21.0 (DGX A100: 6 rings at 42 GB/s, split
+        # into 12 at 21, 24 channels)
+        search_speeds=(_SPEEDS_2_8, _SPEEDS_2_8), sm80_nvlink_bw=21.0,
+        # src/collectives/device/all_reduce.h, all_gather.h, reduce_scatter.h @ v2.8.4-1 (and
+        # src/device/all_reduce.h @ v2.19.3-1): realChunkSize / chunkSize rounded up to minChunkSize
+        ring_chunk_quantum=True,
     )),
-    ((2, 10, 3), "src/graph/tuning.cc, src/enqueue.cc @ v2.10.3-1 (Tree/CollNet Simple +3 warps)", dict(
+    ((2, 10, 3), "src/graph/tuning.cc, src/enqueue.cc, src/graph/search.cc, src/graph/topo.h @ v2.10.3-1 "
+                 "(Tree/CollNet Simple +3 warps; speedArrayIntra/Inter, SM80_NVLINK_WIDTH 22)", dict(
+        search_speeds=_SPEEDS_2_10, sm80_nvlink_bw=22.0,
         simple_sync_warps=(4, 1, 4, 4, 1, 1, 1),
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 8.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), cnc=(1.0, 1.9, 8.0)),
@@ -145,7 +171,9 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         plateau_factor=(1.9, 1.5, 90), ll128_pxn_hopper=True, arch_rows="3",
         simple_sync_warps=(4, 1, 4, 4, 0, 0, 1),  # src/enqueue.cc @ v2.17.1-1: NVLS takes NCCL_MAX_NTHREADS
     )),
-    ((2, 18, 1), "src/graph/tuning.cc @ v2.18.1-1 (NVLSTree, new latencies, net overhead)", dict(
+    ((2, 18, 1), "src/graph/tuning.cc, src/graph/search.cc, src/graph/topo.h @ v2.18.1-1 (NVLSTree, new "
+                 "latencies, net overhead; speed lists 40/48 GB/s first, SM80_NVLINK_BW 20)", dict(
+        search_speeds=None, sm80_nvlink_bw=20.0,
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree"),
         algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"),
         gather_algos=("ring",),  # 2.18 drops NVLS AllGather/ReduceScatter from the model; 2.19 restores it
@@ -173,8 +201,10 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 14.0), (0, 0, 31.0), (0, 0, 30.0), (0, 0, 18.0), (0, 0, 14.0))),
     )),
-    ((2, 20, 3), "src/graph/tuning.cc @ v2.20.3-1 (CollNetDirect AllGather/ReduceScatter)",
-     dict(gather_algos=("ring", "nvls", "collnet_direct"))),
+    ((2, 20, 3), "src/graph/tuning.cc, src/enqueue.cc, src/device/all_reduce.h @ v2.20.3-1 (CollNetDirect "
+                 "AllGather/ReduceScatter; the host splits a call over channels, last chunk even: "
+                 "computeCollLastChunkInfo)",
+     dict(gather_algos=("ring", "nvls", "collnet_direct"), ring_chunk_quantum=False)),
     ((2, 21, 5), "src/graph/tuning.cc @ v2.21.5-1 (Ring LL 1/4 -> 1/2, Hopper LL rows)", dict(
         hw_lat=(_lat((.6, 1.25, 28.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25.0), (0, 0, 25.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),

@@ -66,14 +66,16 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
     nvls_enable = nvls_enable and env.get("NCCL_NVLS_ENABLE") != "0"
     per_host = []
     for host, gpus in hosts.items():
-        key = (_host_signature(graph, host, gpus), inter, sm, vendor, max_channels)
+        key = (_host_signature(graph, host, gpus), inter, sm, vendor, max_channels, release.search_speeds,
+               release.sm80_nvlink_bw)
         if key not in _SEARCHES:  # identical hosts (and repeated calls) search alike
             if len(_SEARCHES) >= _CACHE_SIZE:
                 _SEARCHES.pop(next(iter(_SEARCHES)))
-            system = build_system(graph, host, gpus, inter, sm, vendor)
-            ring = compute(system, RING, 1, max_channels // 2)
-            tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels)
-            nvls = compute(system, NVLS, 1, max_channels) if len(gpus) > 1 else None
+            system = build_system(graph, host, gpus, inter, sm, vendor, release.sm80_nvlink_bw)
+            lists = release.search_speeds
+            ring = compute(system, RING, 1, max_channels // 2, lists)
+            tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels, lists)
+            nvls = compute(system, NVLS, 1, max_channels, lists) if len(gpus) > 1 else None
             _SEARCHES[key] = (system, ring, tree, nvls)
         system, ring, tree, nvls = _SEARCHES[key]
         per_host.append((system, ring, tree, nvls if nvls_enable else None))
@@ -102,20 +104,22 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         nvls_bw_intra=nvls.bw_intra if nvls else None, nvls_bw_inter=nvls.bw_inter if nvls else None,
         nvswitch=any(s.nvs is not None for s, *_ in per_host),
         p2p_channels_per_peer=_p2p_per_peer([s for s, *_ in per_host], nranks, nnodes, nchannels, sm,
-                                            release.net_peer_channels),
+                                            release.net_peer_channels, release.sm80_nvlink_bw),
         algo_env=env.get("NCCL_ALGO"), proto_env=env.get("NCCL_PROTO"),
         buffsize=int(env.get("NCCL_BUFFSIZE", 4 << 20)),
     )
 
 
-def build_system(graph, host, gpus: list[str], inter: bool, sm: int, vendor: str) -> NodeSystem:
-    """NCCL's view of ``host``: the communicator's GPUs there, switches, CPUs, NICs if ``inter``."""
+def build_system(graph, host, gpus: list[str], inter: bool, sm: int, vendor: str,
+                 sm80_nvlink_bw: float | None = None) -> NodeSystem:
+    """NCCL's view of ``host``: the communicator's GPUs there, switches, CPUs, NICs if ``inter``
+    (A100 NVLinks at the release's ``sm80_nvlink_bw`` when given)."""
     system = NodeSystem(sm, vendor)
     keep = set(gpus)
     order = sorted(gpus, key=lambda g: graph.nodes[g].get("local", 0))
     for i, name in enumerate(order):
         system.add(name, "gpu", index=i)
-    nvl = nvlink_bw(sm)
+    nvl = nvlink_bw(sm, sm80_nvlink_bw)
     for a, b, data in graph.edges(data=True):
         na, nb = graph.nodes[a], graph.nodes[b]
         if na.get("host") != host or nb.get("host") != host:
@@ -189,11 +193,11 @@ def _nvls_channels(sm: int, nnodes: int) -> int:
 
 
 def _p2p_per_peer(systems: list[NodeSystem], nranks: int, nnodes: int, nchannels: int, sm: int,
-                  net_peer: int = 2) -> int:
+                  net_peer: int = 2, sm80_nvlink_bw: float | None = None) -> int:
     """``ncclTopoComputeP2pChannels``: the fewest channels any peer gets, as a power of two."""
     p2p_channels = min(nchannels, MAXCHANNELS)
     fewest = p2p_channels
-    nvl = nvlink_bw(sm)
+    nvl = nvlink_bw(sm, sm80_nvlink_bw)
     for system in systems:
         for a in system.gpus:
             for b in system.gpus:

@@ -26,6 +26,7 @@ from twin.nccl_model.constants import (
     LL128_DATAELEMS,
     LL128_LINEELEMS,
     LL128_MAX_NTHREADS,
+    LL128_SHMEM_ELEMS_PER_THREAD,
     LL_MAX_NTHREADS,
     MAX_NTHREADS,
     MAXCHANNELS,
@@ -226,6 +227,37 @@ def chunk_size(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int
             chunk //= 2
     grain = GRAIN_BYTES[proto.nccl_index]
     return chunk // grain * grain
+
+
+def ring_quantum_bytes(version: tuple[int, int, int], op: Op, proto: Proto, nthreads):
+    """Bytes a ring kernel of NCCL 2.8 – 2.19 rounds each rank's piece of a loop up to (0: none);
+    ``nthreads`` (the kernel's, sync warp included) may be a numpy array.
+
+    The last loop of ``nbytes`` over ``nch`` channels and ``n`` ranks gives every (rank, channel)
+    piece ``ceil(nbytes / (nch·n·q))·q`` bytes, so at a step some ranks carry a whole rounded
+    piece and the ranks past the end carry nothing.  ``q``: LL ``nthreads × 8`` (one 8-byte line
+    per thread, ``minChunkSize``); LL128 ``nthreads × 60 / 2`` for AllReduce, AllGather and
+    ReduceScatter (``NCCL_LL128_SHMEM_ELEMS_PER_THREAD × DATAELEMS × 8 / LINEELEMS``, halved, "makes
+    performance much, much smoother"), ``nthreads × 60`` for Broadcast and Reduce; Simple the
+    worker threads' 8 bytes each (``ALIGN_SIZE(realChunkSize, nthreads*sizeof(uint64_t))`` with
+    ``nthreads = nThreads - WARP_SIZE``).  Source: ``src/collectives/device/all_reduce.h``,
+    ``broadcast.h``, ``all_gather.h`` @ v2.8.4-1 (AllGather/ReduceScatter LL take ``lastChunkSize``,
+    aligned to ``nThreads × 8`` bytes in ``computeColl``, ``src/enqueue.cc``), and
+    ``src/device/all_reduce.h`` @ v2.19.3-1.
+
+    >>> [ring_quantum_bytes(v, Op.ALLREDUCE, Proto.LL128, 640) for v in ((2, 8, 4), (2, 19, 3), (2, 20, 3))]
+    [19200, 19200, 0]
+    >>> [ring_quantum_bytes((2, 8, 4), Op.ALLREDUCE, p, t) for p, t in ((Proto.LL, 512), (Proto.SIMPLE, 544))]
+    [4096, 4096]
+    """
+    if not tuner_constants(version).facts.ring_chunk_quantum:
+        return 0
+    if proto is Proto.LL:
+        return nthreads * 8
+    if proto is Proto.LL128:
+        whole = nthreads * LL128_SHMEM_ELEMS_PER_THREAD * LL128_DATAELEMS * 8 // LL128_LINEELEMS
+        return whole if op in (Op.BROADCAST, Op.REDUCE) else whole // 2
+    return (nthreads - WARP_SIZE) * 8
 
 
 def p2p_channels_per_peer(info: NcclCommInfo) -> int:

@@ -24,8 +24,11 @@ LOC_BW = 5000.0
 _LINK_TYPE = {"nvl": PathType.NVL, "pci": PathType.PIX, "sys": PathType.SYS, "net": PathType.LOC}
 
 
-def nvlink_bw(sm_version: int) -> float:
-    """NCCL's per-link NVLink GB/s (``ncclTopoNVLinkBw``)."""
+def nvlink_bw(sm_version: int, sm80_bw: float | None = None) -> float:
+    """NCCL's per-link NVLink GB/s (``ncclTopoNVLinkBw``); ``sm80_bw``: a release's own A100 figure
+    (``ReleaseFacts.sm80_nvlink_bw``: 21 in 2.8, 22 in 2.10 – 2.17, 20 since 2.18)."""
+    if sm_version == 80 and sm80_bw is not None:
+        return sm80_bw
     if sm_version >= 100:
         return NVLINK_BW[100]
     if sm_version >= 90:

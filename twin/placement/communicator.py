@@ -121,7 +121,8 @@ class Communicator:
         """The geometry of the GPUs a call runs on; ``PlacementError`` when NCCL could not form it."""
         if transport not in self._geoms:
             try:
-                self._geoms[transport] = CommGeometry(self.cluster, list(self.gpus), transport, params=self.params)
+                self._geoms[transport] = CommGeometry(self.cluster, list(self.gpus), transport, params=self.params,
+                                                      nccl_version=self.nccl_version)
             except CcltwinError as err:
                 raise PlacementError(f"a communicator on GPUs {', '.join(self.gpus)} cannot be placed: {err}") from None
         return self._geoms[transport]

@@ -32,6 +32,29 @@ def test_dgx_a100_node():
     assert (small.algo, small.proto, large.algo, large.proto) == (Algo.RING, Proto.LL, Algo.RING, Proto.SIMPLE)
 
 
+@pytest.mark.parametrize(("version", "per_channel"), [
+    ((2, 8, 4), 21.0),    # speedArray 42 first, SM80_NVLINK_WIDTH 21: 6 rings at 42 split into 12 at 21
+    ((2, 12, 7), 22.0),   # speedArrayIntra 44 first, SM80_NVLINK_WIDTH 22: 6 at 44 split into 12 at 22
+    ((2, 28, 9), 20.0),   # 40 first, SM80_NVLINK_BW 20: 6 at 40 split into 12 at 20
+])
+def test_dgx_a100_search_follows_the_release(version, per_channel):
+    """src/graph/search.cc and src/graph/topo.h at each tag: the A100 speed list and per-link NVLink
+    figure changed twice; the 12 NVLinks of a GPU always hold six rings, split in two and doubled
+    at connect time into 24 channels, but NCCL's per-channel bandwidth (its cost model's input) moves."""
+    cluster = load_cluster("dgx-a100")
+    info = comm_info(cluster, cluster.gpus(), nccl_version=version)
+    assert (info.nchannels, info.graph_channels, info.bw_intra) == (24, 12, per_channel)
+
+
+def test_abci_two_nodes_under_nccl_2_8():
+    """ABCI node (A), 4 HDR NICs (25 GB/s) per node, NCCL 2.8.4: one speed list for rings and trees
+    (no 48 GB/s inter-node entry), so the trees' intra-node speed rises only to 42 (2.28: 48)."""
+    cluster = load_cluster("benchmarks/clusters/abci-a.yaml", nodes=2)
+    old, new = (comm_info(cluster, cluster.gpus(), nccl_version=v) for v in ((2, 8, 4), (2, 28, 9)))
+    assert (old.nchannels, old.bw_inter, old.tree_bw_intra) == (8, 24.0, 42.0)
+    assert (new.nchannels, new.bw_inter, new.tree_bw_intra) == (8, 24.0, 48.0)
+
+
 def test_h800_matches_its_log():
     spec = read_spec("dgx-h100").to_dict()
     spec["node"]["nvlink"]["links"] = 8
