@@ -3,8 +3,9 @@
     python benchmarks/compute_fit.py                       # model vs measured, per group
     python benchmarks/compute_fit.py --fit gemm            # refit compute.gemm.* on the bf16 rows
 
-The sweeps: ``benchmarks/data/h200-compute.json`` (``benchmarks/gpu_compute_sweep.py``) and
-``benchmarks/data/h200-compute-interference.json`` (``benchmarks/gpu_interference_sweep.py``).
+The sweeps: ``benchmarks/data/h200-compute.json`` (``benchmarks/gpu_compute_sweep.py``),
+``benchmarks/data/h200-compute-interference.json`` (``benchmarks/gpu_interference_sweep.py``) and
+``benchmarks/data/h200-attention.json`` (``benchmarks/gpu_attention_sweep.py``).
 A fit minimises the squared log error (bounded least squares, scipy) of the groups it names and
 prints the parameters; the defaults in ``twin/params.py`` are such a fit, rounded.
 """
@@ -22,7 +23,7 @@ from twin.hardware import gpu_spec
 from twin.params import DEFAULT_PARAMS, TwinParams
 
 DATA = Path(__file__).resolve().parent / "data"
-SWEEPS = (DATA / "h200-compute.json", DATA / "h200-compute-interference.json")
+SWEEPS = (DATA / "h200-compute.json", DATA / "h200-compute-interference.json", DATA / "h200-attention.json")
 FITS = {
     "gemm": (("gemm bfloat16", "gemm wave"), ("compute.gemm.efficiency", "compute.gemm.k_overhead",
                                                "compute.gemm.fixed_us")),
@@ -32,6 +33,8 @@ FITS = {
                "compute.attention.tile_overhead_us", "compute.attention.backward_factor")),
     "unfused": (("attention unfused fwd", "attention unfused fwd+bwd"),
                 ("compute.attention.unfused_score_passes", "compute.attention.unfused_backward_factor")),
+    "fused-softmax": (("attention fused-softmax fwd", "attention fused-softmax bwd"),
+                      ("compute.attention.score_hbm_fraction",)),
     "memory": (("memory add", "memory copy"), ("compute.hbm_fraction",)),
     "optimizer": (("optimizer step",), ("compute.kernels.optimizer_launch_us",
                                         "compute.kernels.optimizer_hbm_fraction")),

@@ -2,6 +2,7 @@
 
     python -m benchmarks.iteration_accuracy                 # both tables
     python -m benchmarks.iteration_accuracy --limit 40      # every 9th single-node row or so, quicker
+    python -m benchmarks.iteration_accuracy --multi-only    # the SC'21 runs alone
     python -m benchmarks.iteration_accuracy --json out.json
 
 Single node: the development quarter of vTrain's measured Megatron-DeepSpeed runs on one
@@ -137,18 +138,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, help="predict at most this many single-node rows (spread evenly)")
     parser.add_argument("--single-only", action="store_true", help="skip the multi-node runs")
+    parser.add_argument("--multi-only", action="store_true", help="skip the single-node runs")
     parser.add_argument("--json", type=Path, help="also write every row and the summaries here")
     args = parser.parse_args(argv)
     start = time.process_time()
-    single = single_node(args.limit)
-    print(_table("Single node (vTrain dev quarter, 8×A100, dgx-a100)", single, 10))
+    if args.single_only and args.multi_only:
+        parser.error("--single-only and --multi-only leave nothing to predict")
+    single = [] if args.multi_only else single_node(args.limit)
+    if single:
+        print(_table("Single node (vTrain dev quarter, 8×A100, dgx-a100)", single, 10))
     multi = [] if args.single_only else multi_node()
     if multi:
         print()
         print(_table("Multi-node (Megatron-LM SC'21 Table 1, Selene)", multi, len(multi)))
     print(f"\n{time.process_time() - start:.0f} CPU s", file=sys.stderr)
     if args.json:
-        doc = {"single_node": {"summary": summary(single), "rows": [asdict(r) for r in single]},
+        doc = {"single_node": single and {"summary": summary(single), "rows": [asdict(r) for r in single]},
                "multi_node": multi and {"summary": summary(multi), "rows": [asdict(r) for r in multi]}}
         args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 

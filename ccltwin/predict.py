@@ -103,8 +103,8 @@ def predict(
                                  ] = False,
     zero: Annotated[int, typer.Option(help="ZeRO stage (1: Megatron's distributed optimizer).")] = 0,
     dtype: Annotated[str, typer.Option(help="Training dtype: float16 or bfloat16.")] = "float16",
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention (default: unfused).")
-                               ] = False,
+    flash_attention: Annotated[bool, typer.Option(
+        "--flash-attention", help="FlashAttention (default: Megatron's fused softmax).")] = False,
     plan: Annotated[Path | None, typer.Option(help="A warm-start plan (ccltwin rank -o): its configurations "
                                                    "are the tuned run.")] = None,
     tuned: Annotated[bool, typer.Option(help="Also replay with tuned configurations.")] = True,
@@ -123,7 +123,7 @@ def predict(
     shape = dict(hidden=hidden, heads=heads, layers=layers, seq=seq, vocab=vocab, tp=tp, dp=dp, pp=pp, vpp=vpp,
                  micro_batch=micro_batch, global_batch=global_batch, recompute=recompute,
                  sequence_parallel=sequence_parallel, zero=zero, dtype=dtype,
-                 attention="flash" if flash_attention else "unfused")
+                 attention="flash" if flash_attention else "fused-softmax")
     job, name = _job(trace, model, shape)
     configs = plan_configs(load_plan(plan)) if plan is not None else None
     cluster = cluster_for(job, topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,

@@ -20,3 +20,9 @@ def test_single_node_rows_are_predicted_and_summarised():
     s = bench.summary(rows)
     assert s["rows"] == 3 and s["mape"] == pytest.approx(sum(abs(r.error) for r in rows) / 3)
     assert sum(v["rows"] for v in s["by_hidden"].values()) == 3
+
+
+def test_asking_for_neither_table_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--single-only", "--multi-only"])
+    assert exc.value.code == 2 and "leave nothing to predict" in capsys.readouterr().err

@@ -85,7 +85,9 @@ class ComputeEvent:
     ``category`` and ``shape`` say what the work is, so the twin can time it from its shape
     (``COMPUTE_CATEGORIES``): ``"gemm"`` (shape ``(m, n, k)`` or ``(batch, m, n, k)``),
     ``"attention"`` (a fused attention kernel; shape ``(batch, heads, seq_q, seq_kv, head_dim)``),
-    ``"attention-unfused"`` (the same shape, as matmul + softmax + matmul), ``"memory"``
+    ``"attention-unfused"`` (the same shape, as matmul + softmax + matmul),
+    ``"attention-fused-softmax"`` (the same shape, as Megatron-LM's pre-FlashAttention kernels:
+    ``baddbmm``, the fused causal scale-mask-softmax, attention dropout, ``bmm``), ``"memory"``
     (element-wise, norm, softmax, dropout: bound by ``mem_bytes``), ``"optimizer"`` (the
     optimizer step over ``mem_bytes``) and ``"host"`` (framework time on the CPU, no GPU work).
     ``kernels`` is how many GPU kernels the phase launches (each pays a launch and a minimum
@@ -109,7 +111,8 @@ class ComputeEvent:
     host_us: float | None = None
 
 
-COMPUTE_CATEGORIES = ("gemm", "attention", "attention-unfused", "memory", "optimizer", "host")
+COMPUTE_CATEGORIES = ("gemm", "attention", "attention-unfused", "attention-fused-softmax", "memory", "optimizer",
+                      "host")
 """What a :class:`ComputeEvent`'s ``category`` may name."""
 
 Event = CollectiveEvent | ComputeEvent

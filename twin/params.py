@@ -276,7 +276,8 @@ class Gemm:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Attention:
     """Attention kernels timed from ``(batch, heads, seq_q, seq_kv, head_dim)``; fitted to
-    torch's ``scaled_dot_product_attention`` (flash) and an unfused baddbmm/softmax/bmm on H200."""
+    torch's ``scaled_dot_product_attention`` (flash), an unfused baddbmm/softmax/bmm and
+    Megatron's baddbmm/fused causal softmax/dropout/bmm on H200."""
 
     flash_efficiency: float = _param(0.66, "fraction", 0.05, 1.0)
     """Share of dense bf16 peak a flash forward's inner loop reaches at head dim 128 (measured
@@ -294,6 +295,11 @@ class Attention:
     product's read, each at streaming bandwidth or worse (fitted: 15)."""
     unfused_backward_factor: float = _param(1.0, "ratio", 0.1, 10.0)
     """An unfused backward takes this many times its forward (measured 0.8-1.2×)."""
+    score_hbm_fraction: float = _param(0.61, "fraction", 0.05, 1.0)
+    """Share of the data-sheet memory bandwidth the row-wise passes of a fused-softmax attention
+    (Megatron's causal scale-mask-softmax, attention dropout, their backwards) reach over the score
+    matrix (H200, ``h200-attention.json``: softmax and dropout 0.59-0.64, softmax backward 0.70-0.76;
+    fitted over the forward and backward totals by ``benchmarks/compute_fit.py --fit fused-softmax``: 0.61)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -81,7 +81,7 @@ def test_gemms_have_megatron_shapes_under_tensor_parallelism():
     assert phases["L0.mlp.fc2"].shape == (tokens, H, 4 * H // 4)
     assert phases["L0.mlp.fc1.wgrad"].shape == (H, H, tokens)
     assert phases["L0.attn.core"].shape == (2, HEADS // 4, SEQ, SEQ, H // HEADS)
-    assert phases["L0.attn.core"].category == "attention-unfused" and phases["L0.attn.core"].kernels == 4
+    assert phases["L0.attn.core"].category == "attention-fused-softmax" and phases["L0.attn.core"].kernels == 4
     for e in phases.values():
         assert e.category in COMPUTE_CATEGORIES and e.dtype in ("float16", "float32")
         if e.category == "gemm":

@@ -26,6 +26,7 @@ from twin.compute import (
     phase_speed,
 )
 from twin.compute.check import SweepError, compared, load_sweep, summary
+from twin.compute.shapes import fused_softmax_attention_us, score_pass_bytes
 from twin.hardware import gpu_spec
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.replay import replay
@@ -113,6 +114,28 @@ def test_flash_attention_beats_unfused_and_memory_ops_pay_the_floor():
     assert scale.gpu_us == pytest.approx(DEFAULT_PARAMS.compute.kernels.loss_scale_us + memory_us(H200, 8 << 28))
 
 
+def test_megatron_fused_softmax_attention_sits_between_flash_and_unfused_and_is_memory_bound():
+    """Megatron's baddbmm + fused causal softmax + dropout + bmm: far slower than flash, far
+    faster than PyTorch's naive masked softmax, and bound by the score matrix's bytes, so on an
+    A100 it slows by the bandwidth ratio (2.4×), not the tensor-peak ratio (3.2×)."""
+    shape = (16, 8, 2048, 2048, 128)
+    fused = fused_softmax_attention_us(H200, *shape, "float16")
+    assert 5 * attention_us(H200, *shape) < fused < attention_us(H200, *shape, fused=False) / 2
+    fwd = cost_of(ComputeEvent(0, "L0.attn.core", category="attention-fused-softmax", shape=shape, dtype="float16",
+                               host_us=0.0))
+    bwd = cost_of(ComputeEvent(1, "L0.attn.core.bwd", category="attention-fused-softmax", shape=shape,
+                               dtype="float16", host_us=0.0))
+    assert fwd.gpu_us == pytest.approx(fused)
+    assert bwd.gpu_us == pytest.approx(fused_softmax_attention_us(H200, *shape, "float16", backward=True))
+    assert bwd.gpu_us > fused
+    a100 = gpu_spec("A100-SXM4-80GB")
+    ratio = fused_softmax_attention_us(a100, *shape, "float16") / fused
+    assert ratio == pytest.approx(4800 / 2039, rel=0.06) and ratio < 0.85 * 989.4 / 312
+    # causal rows read half the matrix; a decode step's single row reads all of it
+    assert score_pass_bytes(1, 1, 4096, "float16") == 4096 * (2 * 2 + 1 + 2 + 2)
+    assert score_pass_bytes(2, 64, 64, "bfloat16") < score_pass_bytes(2, 64, 65, "bfloat16")
+
+
 def test_other_gpus_scale_by_their_data_sheets():
     """A100/H100/B200 are derived (same shares of their peaks): a large product's time follows the peak."""
     shape = (16384, 16384, 8192)
@@ -162,14 +185,15 @@ TOLERANCE = {  # group: (median, 90th percentile) absolute relative error the mo
     "attention flash fwd+bwd": (0.05, 0.23), "attention unfused fwd": (0.16, 0.23),
     "attention unfused fwd+bwd": (0.06, 0.10), "memory add": (0.09, 0.32), "memory copy": (0.06, 0.27),
     "optimizer step": (0.04, 0.05), "optimizer clip": (0.09, 0.12), "optimizer scale": (0.15, 0.16),
-    "gemm under held SMs": (0.16, 0.46),
+    "gemm under held SMs": (0.16, 0.46), "attention fused-softmax fwd": (0.04, 0.07),
+    "attention fused-softmax bwd": (0.05, 0.08),
 }
 
 
 @pytest.fixture(scope="module")
 def h200_rows() -> dict:
     rows = {}
-    for name in ("h200-compute.json", "h200-compute-interference.json"):
+    for name in ("h200-compute.json", "h200-compute-interference.json", "h200-attention.json"):
         sweep = load_sweep(BENCH / name)
         assert gpu_spec(sweep["device"]).model == H200.model
         rows.update(compared(sweep, H200))

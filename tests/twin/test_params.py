@@ -256,7 +256,7 @@ def shaped(params: TwinParams) -> dict[str, float]:
     out = {"gemm bf16": timed(category="gemm", shape=(8192, 8192, 8192)),
            "gemm fp8": timed(category="gemm", shape=(8192, 8192, 8192), dtype="fp8_e4m3"),
            "gemm tf32": timed(category="gemm", shape=(4, 2048, 2048, 2048), dtype="tf32")}
-    for category in ("attention", "attention-unfused"):
+    for category in ("attention", "attention-unfused", "attention-fused-softmax"):
         for name in ("attn", "attn_bwd"):
             out[f"{category} {name}"] = timed(name, category=category, shape=(4, 32, 4096, 4096, 64))
     out["kernel floor"] = timed(category="memory", mem_bytes=1024, kernels=3, host_us=0.0)
@@ -318,6 +318,7 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("compute.gemm.fp8_efficiency", 0.9, "gemm fp8", False),
     ("compute.attention.backward_factor", 4.0, "attention attn_bwd", True),
     ("compute.attention.unfused_score_passes", 30.0, "attention-unfused attn", True),
+    ("compute.attention.score_hbm_fraction", 0.3, "attention-fused-softmax attn_bwd", True),
     ("compute.kernels.floor_us", 5.0, "kernel floor", True),
     ("compute.kernels.host_us_per_kernel", 100.0, "host per kernel", True),
     ("compute.kernels.optimizer_hbm_fraction", 0.5, "optimizer", True),
@@ -368,7 +369,7 @@ def test_names_bounds_and_units_cover_every_parameter():
     """Each parameter has a dotted name, a unit and a range that holds its default."""
     values = DEFAULT_PARAMS.to_dict()
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
-    assert len(values) == 78  # 39 + the fabric kinds' figures (19) + the compute shape model's (20)
+    assert len(values) == 79  # 39 + the fabric kinds' figures (19) + the compute shape model's (20) + fused softmax (1)
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

@@ -3,7 +3,8 @@ vocabulary, and the plan's degrees and batch sizes (``ccltwin predict --model gp
 
 GPT as Megatron-LM and Megatron-DeepSpeed build it (``--hidden-size`` ...): LayerNorm, biases,
 a GeLU MLP of 4× the hidden size, the output layer tied to the embedding, GPT-2's vocabulary
-of 50,257 (padded to a multiple of 128·TP), and unfused attention unless FlashAttention is asked for.
+of 50,257 (padded to a multiple of 128·TP), and Megatron's attention before FlashAttention
+(``baddbmm``, the fused causal scale-mask-softmax, dropout, ``bmm``) unless FlashAttention is asked for.
 
 >>> work = gpt_workload(hidden=1024, heads=16, layers=24, seq=1024, tp=2, dp=4, micro_batch=2, global_batch=64)
 >>> work.parallelism.micro_batches, work.parallelism.world_size, work.model.params() // 10**6
@@ -27,7 +28,7 @@ GPT2_VOCAB = 50257
 def gpt_workload(*, hidden: int, heads: int, layers: int, seq: int, vocab: int = GPT2_VOCAB, tp: int = 1,
                  dp: int = 1, pp: int = 1, vpp: int = 1, micro_batch: int = 1, global_batch: int | None = None,
                  recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
-                 dtype: str = "float16", attention: str = "unfused") -> Workload:
+                 dtype: str = "float16", attention: str = "fused-softmax") -> Workload:
     """The workload; ``WorkloadError`` names the number the plan cannot split."""
     for name, value in (("hidden", hidden), ("heads", heads), ("layers", layers), ("seq", seq), ("vocab", vocab),
                         ("tp", tp), ("dp", dp), ("pp", pp), ("vpp", vpp), ("micro-batch", micro_batch)):

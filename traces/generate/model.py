@@ -16,8 +16,10 @@ from dataclasses import dataclass
 __all__ = ["ATTENTION_KINDS", "Cnn", "CnnLayer", "Model", "Transformer", "vgg_layers"]
 
 
-ATTENTION_KINDS = ("flash", "unfused")
-"""How attention runs: one fused kernel (FlashAttention), or matmul, softmax, dropout, matmul."""
+ATTENTION_KINDS = ("flash", "fused-softmax", "unfused")
+"""How attention runs: one fused kernel (FlashAttention); Megatron-LM's kernels before it
+(``baddbmm``, the fused causal scale-mask-softmax, dropout, ``bmm``); or PyTorch's plain matmul,
+masked softmax, dropout, matmul."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class Transformer:
     tied_embeddings: bool = False
     """The output layer reuses the input embedding's weight."""
     attention: str = "flash"
-    """``ATTENTION_KINDS``: a fused kernel, or ``unfused`` (Megatron-LM without ``--use-flash-attn``)."""
+    """``ATTENTION_KINDS``: a fused kernel, ``fused-softmax`` (Megatron-LM without
+    ``--use-flash-attn``) or ``unfused``."""
 
     @property
     def head_dim(self) -> int:

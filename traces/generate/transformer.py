@@ -22,7 +22,7 @@ sequence parallelism):
 
 Compute is generated as the kernels Megatron runs, each phase saying what it is
 (``traces.schema.ComputeEvent``: category, shape, dtype, kernels): per block a norm (memory),
-the column-parallel GEMM ``(tokens, out/t, hidden)``, the core attention (fused or unfused,
+the column-parallel GEMM ``(tokens, out/t, hidden)``, the core attention (flash, Megatron's fused softmax or unfused,
 ``(batch, heads/t, seq_q, seq_kv, head_dim)``) or the MLP activation, the row-parallel GEMM,
 and the fused bias-dropout-residual add; backward a data-gradient and a weight-gradient GEMM
 per matmul. Element-wise work runs on ``tokens / t`` with sequence parallelism and on all tokens
@@ -59,14 +59,18 @@ XENT_FWD_BYTES_PER_LOGIT = 38
 max (4), subtract and exp in place (8 + 8), sum (4), softmax kept for backward (8)."""
 XENT_BWD_BYTES_PER_LOGIT = 18
 """Its backward: softmax minus one-hot times the loss gradient (12), cast to the model dtype (6)."""
-UNFUSED_SCORE_PASSES = (6, 10)
-"""Unfused attention moves the ``batch·heads·seq_q·seq_kv`` scores through memory: forward
-written by the QK matmul, read and written by the fused scale-mask-softmax and by dropout,
-read by the PV matmul (6 passes); backward about 10."""
-ATTENTION_KERNELS = {"flash": (1, 3), "unfused": (4, 7)}
+SCORE_PASSES = (6, 10)
+"""Attention without FlashAttention moves the ``batch·heads·seq_q·seq_kv`` scores through
+memory: forward written by the QK matmul, read and written by the (fused) scale-mask-softmax
+and by dropout, read by the PV matmul (6 passes); backward about 10."""
+ATTENTION_KERNELS = {"flash": (1, 3), "fused-softmax": (4, 6), "unfused": (4, 7)}
 """GPU kernels of core attention, forward and backward: FlashAttention's forward; its backward
-with the dO·O pre-pass and the dQ conversion. Unfused: QK matmul, softmax, dropout, PV matmul;
-backward two matmuls per forward matmul, softmax and dropout backward, the scale."""
+with the dO·O pre-pass and the dQ conversion. Fused softmax (Megatron-LM): ``baddbmm``, the
+fused scale-mask-softmax, dropout, ``bmm``; backward two matmuls per forward matmul, dropout's
+and the softmax's backward. Unfused: the same with the scale and the mask as kernels of their own."""
+ATTENTION_CATEGORIES = {"flash": "attention", "fused-softmax": "attention-fused-softmax",
+                        "unfused": "attention-unfused"}
+"""The compute category (``traces.schema.COMPUTE_CATEGORIES``) of each kind of attention."""
 
 
 def _last(*ids: int | None) -> int | None:
@@ -141,9 +145,9 @@ class TransformerRank:
         if m.attention == "flash":
             return self.out.compute(name, flops, io, *after, category="attention", shape=shape, dtype=m.dtype,
                                     kernels=kernels)
-        scores = b * heads * seq_q * m.seq_len * UNFUSED_SCORE_PASSES[int(backward)] * self.db
-        return self.out.compute(name, flops, io + scores, *after, category="attention-unfused", shape=shape,
-                                dtype=m.dtype, kernels=kernels)
+        scores = b * heads * seq_q * m.seq_len * SCORE_PASSES[int(backward)] * self.db
+        return self.out.compute(name, flops, io + scores, *after, category=ATTENTION_CATEGORIES[m.attention],
+                                shape=shape, dtype=m.dtype, kernels=kernels)
 
     def _norm(self, name: str, backward: bool, *after: int | None) -> int:
         """LayerNorm/RMSNorm of this rank's tokens: x read, y written (backward: x, dy read, dx

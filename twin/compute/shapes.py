@@ -89,7 +89,8 @@ def gemm_us(gpu: GpuSpec, m: int, n: int, k: int, dtype: str = "bfloat16", batch
     if tail:
         want = STREAM_K_SLICES if waves else max(STREAM_K_SLICES, gpu.sm_count // tail)
         depth = max(k / want, min(k, MIN_SLICE_K))
-        sliced = math.ceil(tail * math.ceil(k / depth) / free) * tile_us(depth)
+        slices = want if depth == k / want else math.ceil(k / depth)  # not ceil(k / (k / want)): rounding
+        sliced = math.ceil(tail * slices / free) * tile_us(depth)
         math_us += min(math.ceil(tail / free) * tile_us(k), sliced)
     return max(math_us, memory_us(gpu, gemm_bytes(m, n, k, dtype, batch), params=params)) + g.fixed_us
 
@@ -137,6 +138,64 @@ def attention_us(gpu: GpuSpec, batch: int, heads: int, seq_q: int, seq_kv: int, 
     waves = math.ceil(tiles / max(1, gpu.sm_count - busy_sms))
     forward = waves * tile_us + params.compute.gemm.fixed_us
     return forward * (1 + a.backward_factor if backward else 1)
+
+
+DROPOUT_MASK_BYTES = 1
+"""Bytes per element of the attention-dropout mask (PyTorch's boolean mask; Megatron 2021's uint8)."""
+
+
+def score_pass_bytes(matrices: int, seq_q: int, seq_kv: int, dtype: str, *, backward: bool = False) -> float:
+    """Bytes the row-wise passes of a fused-softmax attention move over ``matrices`` score
+    matrices of ``seq_q × seq_kv`` (causal when the two are equal).
+
+    Forward: the causal scale-mask-softmax in place (reads the lower triangle, writes the whole
+    row, the masked part as zeros) and dropout (reads, writes, and writes its mask); backward:
+    dropout's (gradient and mask read, gradient written) and the softmax's (output and gradient
+    read over the lower triangle, gradient written in place).  Non-causal: every element read.
+
+    >>> score_pass_bytes(1, 2048, 2048, "float16") / 2048**2  # softmax 1.0 + 2, dropout 2 + 2 + 1
+    8.00048828125
+    >>> score_pass_bytes(1, 2048, 2048, "float16", backward=True) / 2048**2  # dropout 2 + 1 + 2, softmax 2.0 + 2
+    9.0009765625
+    """
+    e = BYTES.get(dtype, 2)
+    read = (seq_kv + 1) / (2 * seq_kv) if seq_q == seq_kv else 1.0  # the lower triangle, its diagonal too
+    dropout = 2 * e + DROPOUT_MASK_BYTES
+    softmax = (2 * read * e + e) if backward else (read * e + e)
+    return matrices * seq_q * seq_kv * (dropout + softmax)
+
+
+def fused_softmax_attention_us(gpu: GpuSpec, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int,
+                               dtype: str = "float16", *, backward: bool = False, busy_sms: int = 0,
+                               params: TwinParams = DEFAULT_PARAMS) -> float:
+    """GPU µs of Megatron-LM's core attention before FlashAttention (``attention-fused-softmax``).
+
+    Forward: ``baddbmm`` (Q·Kᵀ, scaled), the fused causal scale-mask-softmax in place, attention
+    dropout, ``bmm`` (P·V); backward: the four products of the two ``bmm``'s gradients (dP = dO·Vᵀ,
+    dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q) and the two row-wise backwards.  The products are timed
+    by ``gemm_us`` (here bound by writing or reading the score matrix), the row-wise passes by
+    ``score_pass_bytes`` at ``compute.attention.score_hbm_fraction`` of the memory bandwidth.
+
+    >>> from twin.hardware import gpu_spec
+    >>> h200 = gpu_spec("h200")
+    >>> round(fused_softmax_attention_us(h200, 16, 8, 2048, 2048, 128))  # measured 2,119
+    2128
+    >>> round(fused_softmax_attention_us(h200, 16, 8, 2048, 2048, 128, backward=True))  # measured 2,734
+    2907
+    """
+    n = batch * heads
+
+    def gemm(m: int, nn: int, k: int) -> float:  # cuBLAS computes Cᵀ = Bᵀ·Aᵀ when its tiles fit that better
+        return min(gemm_us(gpu, m, nn, k, dtype, n, busy_sms=busy_sms, params=params),
+                   gemm_us(gpu, nn, m, k, dtype, n, busy_sms=busy_sms, params=params))
+
+    scores = gemm(seq_q, seq_kv, head_dim)
+    if backward:
+        products = scores + gemm(seq_q, head_dim, seq_kv) + 2 * gemm(seq_kv, head_dim, seq_q)
+    else:
+        products = scores + gemm(seq_q, head_dim, seq_kv)
+    passes = score_pass_bytes(n, seq_q, seq_kv, dtype, backward=backward)
+    return products + passes / (gpu.hbm_gbps * 1e3 * params.compute.attention.score_hbm_fraction)
 
 
 OPTIMIZER_KINDS = ("step", "clip", "scale")

@@ -42,6 +42,7 @@ from twin.compute.shapes import (
     BYTES,
     DTYPE_ALIASES,
     attention_us,
+    fused_softmax_attention_us,
     gemm_bytes,
     gemm_us,
     memory_us,
@@ -107,6 +108,9 @@ def shape_us(gpu: GpuSpec, cost: PhaseCost, *, busy_sms: int = 0, params: TwinPa
         return gemm_us(gpu, m, n, k, cost.dtype, batch, busy_sms=busy_sms, params=params)
     if c in ("attention", "attention-unfused") and len(s) == 5:
         return attention_us(gpu, *s, fused=c == "attention", backward=cost.backward, busy_sms=busy_sms, params=params)
+    if c == "attention-fused-softmax" and len(s) == 5:
+        return fused_softmax_attention_us(gpu, *s, cost.dtype, backward=cost.backward, busy_sms=busy_sms,
+                                          params=params)
     return None
 
 
