@@ -177,10 +177,11 @@ KNOWN_MISSES = {
     **{(f"{p}:{n}", op): CHAINS for p, n in [("a40-nvlink-pairs", "4"), ("a40-pcie", "4"), ("dgx-a100", "4"),
                                              ("dgx-a100", "8"), ("dgx-a100", "2x8"), ("dgx-h100", "4"),
                                              ("dgx-h100", "8"), ("dgx-h100", "2x8"), ("hgx-h200", "4"),
-                                             ("hgx-h200", "8"), ("hgx-h200", "2x8"), ("l40s-pcie", "4")]
+                                             ("hgx-h200", "8"), ("hgx-h200", "2x8"), ("l40s-pcie", "4"),
+                                             ("l40s-pcie", "8")]
        for op in (Op.BROADCAST, Op.REDUCE)},
     ("a40-nvlink-pairs:4", Op.ALLREDUCE): PAIRS,
-    **{(f"{p}:2x8", Op.ALLREDUCE): PCIE_NODES for p in ("a40-nvlink-pairs", "a40-pcie", "l40s-pcie")},
+    **{(f"{p}:2x8", Op.ALLREDUCE): PCIE_NODES for p in ("a40-nvlink-pairs", "l40s-pcie")},
 }
 """Where rule (b) does not hold yet: thresholds of NCCL's whose effect the model still overstates
 (each an effect not yet modelled, docs/physics.md).  Strict: a fix makes its case fail here."""
