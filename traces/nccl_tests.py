@@ -535,9 +535,14 @@ def _find_gpus_per_thread(lines: list[str], header: dict[str, str]) -> int | Non
     for line in lines:
         if match := _NTHREAD_NGPUS.match(line):
             return int(match[2])
+    return _binary_option(header, ("-g", "--ngpus"))
+
+
+def _binary_option(header: dict[str, str], names: tuple[str, ...]) -> int | None:
+    """The value of option ``names`` given to COMMAND's nccl-tests binary (not to its launcher)."""
     tokens = header.get("COMMAND", "").split()
     binary = next((i for i, token in enumerate(tokens) if _PERF.search(token)), None)
-    return None if binary is None else _option(tokens[binary + 1:], ("-g", "--ngpus"))
+    return None if binary is None else _option(tokens[binary + 1:], names)
 
 
 _ITERS = re.compile(r"(?<!warmup )\biters:\s*(\d+)")
@@ -548,9 +553,7 @@ def _find_iters(lines: list[str], header: dict[str, str]) -> int | None:
     for line in lines:
         if line.startswith("#") and (match := _ITERS.search(line)):
             return int(match[1])
-    tokens = header.get("COMMAND", "").split()
-    binary = next((i for i, token in enumerate(tokens) if _PERF.search(token)), None)
-    return None if binary is None else _option(tokens[binary + 1:], ("-n", "--iters"))
+    return _binary_option(header, ("-n", "--iters"))
 
 
 _RUNTIME_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
