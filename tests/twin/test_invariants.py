@@ -165,7 +165,8 @@ KNOWN_MISSES = {
     **{(f"{p}:{n}", op): CHAINS for p, n in [("gb200-nvl72", "36"), ("gb200-nvl72", "72"), ("gb200-nvl72", "2x72"),
                                              ("gcp-a3-high", "4"), ("gcp-a3-high", "8"), ("gcp-a3-mega", "4"),
                                              ("gcp-a3-mega", "8"), ("gh200-slingshot", "4"), ("h100-nvl", "4"),
-                                             ("h100-nvl", "8"), ("h100-pcie", "4"), ("h100-pcie", "8")]
+                                             ("h100-nvl", "8"), ("h100-pcie", "4"), ("h100-pcie", "8"),
+                                             ("h100-nvl", "2x8"), ("h100-pcie", "2x8")]
        for op in (Op.BROADCAST, Op.REDUCE)},
     **{(f"{p}:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY for p in ("azure-nd-h100-v5", "azure-nd-h200-v5", "dgx-b200",
                                                             "gcp-a3-ultra", "gcp-a4", "hgx-b300")},
