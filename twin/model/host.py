@@ -61,13 +61,13 @@ class HostLaunch:
         """One round of ``cudaStreamQuery`` over the thread's streams."""
         return self.gpus * self.query_us
 
-    def timed_loop_us(self, call_us, period_us, iters: int = NCCL_TESTS_ITERS):
+    def timed_loop_us(self, gpu_us, period_us, iters: int = NCCL_TESTS_ITERS):
         """The time per call nccl-tests reports for ``iters`` calls launched back to back.
 
-        ``call_us``: one call on the GPUs from its last launch to its end; ``period_us``: the GPUs'
-        time between two calls already queued (``call_us``, or less where calls overlap).  Call
-        ``j``'s last kernel is launched at ``(j + 1) × call_us`` of the host and ends no sooner
-        than that plus ``call_us``, nor sooner than one GPU period after call ``j − 1``; the last
+        ``gpu_us``: one call on the GPUs from its last launch to its end; ``period_us``: the GPUs'
+        time between two calls already queued (``gpu_us``, or less where calls overlap).  Call
+        ``j``'s last kernel is launched ``(j + 1) × call_us`` after the first launch and ends no
+        sooner than ``gpu_us`` later, nor sooner than one GPU period after call ``j − 1``; the last
         call ends at the worse of the host-bound and GPU-bound extremes, then the thread polls.
 
         >>> h = HostLaunch(gpus=8, launch_us=4.0)
@@ -78,4 +78,4 @@ class HostLaunch:
         """
         host = self.call_us
         last = np.maximum(host + (iters - 1) * period_us, iters * host)
-        return (call_us + last + self.poll_us) / iters
+        return (gpu_us + last + self.poll_us) / iters

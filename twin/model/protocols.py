@@ -40,9 +40,8 @@ PCIE_LL128_STORE_BYTES = 32
 """What one LL128 write TLP carries across PCIe, as its measured rate says: a 2×L40S ring over
 the host bridge moves LL128 at 0.57 of Simple's rate (``tests/data/nccl-tests`` L40S files at
 128 MiB, 8.9 against 15.7 GB/s busbw), what 32-byte TLPs with ~24-byte headers give (0.59;
-32-byte sectors, the unit
-of every global-memory transaction: CUDA C++ Best Practices Guide, "Coalesced Access to Global
-Memory").  Its stores have LL's shape (16 bytes per thread, a warp's 512 bytes contiguous:
+32-byte sectors are the unit of every global-memory transaction: CUDA C++ Best Practices Guide,
+"Coalesced Access to Global Memory").  Its stores have LL's shape (16 bytes per thread, a warp's 512 bytes contiguous:
 ``store128`` at ``wireOffset = … + 2 * wid``, ``prims_ll128.h``), so what splits them is not
 the store itself; NCCL leaves LL128 off on PCIe (it relies on NVLink's 128-byte write
 atomicity), and that cause is not modelled."""
