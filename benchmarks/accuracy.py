@@ -48,6 +48,7 @@ from traces.task import Op
 from traces.units import format_size
 from tuner.config import Algo, Proto, parse_enum
 from tuner.knobs import DEFAULT_NCCL_VERSION, OLDEST_NCCL_VERSION
+from twin.model.host import NCCL_TESTS_ITERS
 from twin.placement import Communicator
 from twin.predict import predict
 from twin.topology import load_cluster
@@ -204,7 +205,7 @@ def predict_file(path: Path) -> tuple[NcclTestsLog, list[Point]]:
             continue
         p = predict(comm, log.op, row.nbytes, dtype=row.dtype, **knobs)
         # nccl-tests times calls issued back to back; one-way collectives overlap there.
-        back_to_back = float(comm.schedule(p.task, p.config).back_to_back_us())
+        back_to_back = float(comm.schedule(p.task, p.config).back_to_back_us(log.iters or NCCL_TESTS_ITERS))
         out.append((row.nbytes, measured_busbw(log, row), p.task.busbw_gbps(back_to_back)))
     return log, out
 

@@ -92,6 +92,9 @@ class NcclTestsLog:
     the library that ran (``NCCL version 2.29.2+cuda13.1``, ``nccl-library=``)."""
     hosts: dict[int, str] = field(default_factory=dict)
     """Rank → host name, from the ``# Rank N Pid P on HOST device D`` lines."""
+    iters: int | None = None
+    """Calls timed per size (``-n``: the header's ``iters: N``, else COMMAND's ``-n``); ``None``
+    where the file does not say."""
 
     @property
     def busbw(self) -> list[float]:
@@ -136,6 +139,7 @@ def read_nccl_tests(path: str | PathLike[str]) -> NcclTestsLog:
         gpus_per_thread=_find_gpus_per_thread(lines, header),
         nccl_headers_version=_find_headers_version(lines),
         hosts=_find_hosts(lines),
+        iters=_find_iters(lines, header),
     )
 
 
@@ -531,9 +535,25 @@ def _find_gpus_per_thread(lines: list[str], header: dict[str, str]) -> int | Non
     for line in lines:
         if match := _NTHREAD_NGPUS.match(line):
             return int(match[2])
+    return _binary_option(header, ("-g", "--ngpus"))
+
+
+def _binary_option(header: dict[str, str], names: tuple[str, ...]) -> int | None:
+    """The value of option ``names`` given to COMMAND's nccl-tests binary (not to its launcher)."""
     tokens = header.get("COMMAND", "").split()
     binary = next((i for i, token in enumerate(tokens) if _PERF.search(token)), None)
-    return None if binary is None else _option(tokens[binary + 1:], ("-g", "--ngpus"))
+    return None if binary is None else _option(tokens[binary + 1:], names)
+
+
+_ITERS = re.compile(r"(?<!warmup )\biters:\s*(\d+)")
+
+
+def _find_iters(lines: list[str], header: dict[str, str]) -> int | None:
+    """From the header's "warmup iters: W iters: N", else the ``-n`` of COMMAND's binary."""
+    for line in lines:
+        if line.startswith("#") and (match := _ITERS.search(line)):
+            return int(match[1])
+    return _binary_option(header, ("-n", "--iters"))
 
 
 _RUNTIME_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")

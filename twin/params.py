@@ -204,10 +204,26 @@ class Fabrics:
 class Protocols:
     """What LL, LL128 and Simple cost beyond their links: launch, line passes, slice hand-overs."""
 
-    launch_us: ProtocolTimes = ProtocolTimes(ll=6.0, ll128=7.5, simple=7.5)
-    """Kernel launch, argument setup and the first flag round trip (NCCL's base latencies, rounded)."""
-    extra_gpu_launch_us: float = _param(2.3, "µs", 0.0, 100.0)
-    """Each further GPU launched from the same host thread (nccl-tests ``-g N``) adds one launch."""
+    launch_us: ProtocolTimes = ProtocolTimes(ll=6.6, ll128=14.0, simple=7.5)
+    """A call's fixed cost on the GPU: kernel start, argument setup and the first flag round trip,
+    once its kernels are launched (the host's part is ``host_launch_us``).  LL and LL128 are
+    NCCL's own measured base latencies (ring ``baseLat`` in ``src/graph/tuning.cc``, 2.28.9:
+    6.6 and 14.0 µs); our 2×H200 CUDA-graph sweep agrees (``benchmarks/data/h200x2-allreduce.json``:
+    Ring LL 8.9-11.5 µs and Ring LL128 14.8-20.9 µs from 8 B to 512 KiB, where 2 steps add
+    1.2 and 3.8).  Simple 7.5 µs (NCCL: 8.4), its steps also paying ``simple_slice_sync_us``."""
+    host_launch_us: float = _param(3.8, "µs", 0.1, 100.0)
+    """Host CPU time to launch one GPU's share of a collective: NCCL's enqueue and plan,
+    ``cudaSetDevice`` and ``cuLaunchKernelEx`` (``doLaunches``, ``src/group.cc``).  One thread
+    driving N GPUs (nccl-tests ``-g N``) pays it N times per call, one GPU after another
+    (``twin.model.host``).  Measured where that thread is the bottleneck: Azure ND A100 v4, one
+    process driving 8 GPUs, takes 30.5-32.1 µs per AllReduce from 8 B to 32 KiB, flat, while its
+    GPUs need about 15 µs (one process per GPU on DGX A100/H100: 8.5-10 µs), so 31 / 8 launches
+    = 3.9 µs each, less the GPUs' share of the first call (``tests/data/nccl-tests``)."""
+    stream_query_us: float = _param(0.5, "µs", 0.0, 10.0)
+    """One ``cudaStreamQuery`` when nccl-tests polls its streams at the end of a timed loop
+    (``testStreamSynchronize``, ``src/common.cu``): a driver call that reads the stream's
+    completion counter without a system call.  An estimate (no measurement in the repo); it
+    enters per call as ``gpus × 0.5 µs / iters``, at most 0.2 µs for 8 GPUs and 20 calls."""
     ll_op_us: float = _param(0.19, "µs", 0.001, 10.0)
     """An LL thread handles one 16-byte line (8 data bytes) at a time: it polls the line until its
     flag is valid, then loads, reduces and stores what the primitive needs, and only then takes its

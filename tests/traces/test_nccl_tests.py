@@ -83,6 +83,15 @@ def test_real_file_details():
     assert azure.env == {"NCCL_ALGO": "NVLS"} and azure.nccl_version == "2.18.5"
     dgx = read_nccl_tests(DATA / "nvidia-dgxc-dgxh100-8gpu-intranode-allreduce-sample.txt")
     assert dgx.env == {} and dgx.nccl_version is None  # "NCCL_NVLS_ENABLE=0/1" is a sweep, not a setting
+    assert (abci.iters, ll.iters, dgx.iters, azure.iters) == (100, 20, 20, None)  # "warmup iters: 5 iters: 100"
+
+
+def test_iters_from_the_command_where_the_header_line_is_missing(tmp_path):
+    text = "# COMMAND: mpirun -np 2 ./all_reduce_perf -b 8 -e 1M -w 5 -n 50\n" + HEADER + ROW
+    assert read_nccl_tests(write(tmp_path, text)).iters == 50
+    assert read_nccl_tests(write(tmp_path, "# nThread 1 nGpus 1 warmup iters: 7 iters: 30 validation: 1\n"
+                                 + HEADER + ROW)).iters == 30
+    assert read_nccl_tests(write(tmp_path, HEADER + ROW)).iters is None
 
 
 def test_json_output():

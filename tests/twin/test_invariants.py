@@ -170,7 +170,7 @@ KNOWN_MISSES = {
                                                    "h100-pcie:2x8")},
     **{(f"{p}:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY for p in ("dgx-h100", "hgx-h200")},
     ("a40-nvlink-pairs:4", Op.ALLREDUCE): PAIRS,
-    **{(f"{p}:2x8", Op.ALLREDUCE): PCIE_NODES for p in ("a40-nvlink-pairs", "a40-pcie", "l40s-pcie")},
+    **{(f"{p}:2x8", Op.ALLREDUCE): PCIE_NODES for p in ("a40-nvlink-pairs", "l40s-pcie")},
 }
 """Where rule (b) does not hold yet: thresholds of NCCL's whose effect the model still overstates
 (each an effect not yet modelled, docs/physics.md).  Strict: a fix makes its case fail here."""

@@ -16,6 +16,7 @@ from tuner.config import Algo, Config, Proto, Transport
 from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
 from twin.model.geometry import CommGeometry
+from twin.model.host import NCCL_TESTS_ITERS
 from twin.model.netpath import net_step_latency_us, proxy_overhead_us
 from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
 from twin.model.schedule import (
@@ -169,7 +170,10 @@ def test_back_to_back_broadcasts_overlap_but_allreduces_do_not(a100_nodes):
     bcast = build_schedule(geom, Op.BROADCAST, 4096, config)
     assert float(bcast.back_to_back_us()) < 0.5 * float(bcast.time_us())
     allreduce = build_schedule(geom, Op.ALLREDUCE, 4096, config)
-    assert float(allreduce.back_to_back_us()) == float(allreduce.time_us())
+    # Nothing overlaps; only the first call's launch and the final stream poll are shared over
+    # nccl-tests' 20 timed calls (twin.model.host).
+    first = DEFAULT_PARAMS.protocol.host_launch_us + DEFAULT_PARAMS.protocol.stream_query_us
+    assert float(allreduce.back_to_back_us()) == pytest.approx(float(allreduce.time_us()) + first / NCCL_TESTS_ITERS)
 
 
 def test_flagged_stores_cross_pcie_in_sector_sized_packets():
@@ -177,6 +181,8 @@ def test_flagged_stores_cross_pcie_in_sector_sized_packets():
     assert store_efficiency(Proto.LL128, "pcie") < 0.8 * store_efficiency(Proto.LL128, "nvlink")
     assert store_efficiency(Proto.SIMPLE, "pcie") > 1.5 * store_efficiency(Proto.LL128, "pcie")
     assert store_efficiency(Proto.LL, "pcie") < store_efficiency(Proto.LL128, "pcie")
+    # LL's warp writes 32 consecutive 16-byte lines: whole 128-byte TLPs, half of them flags.
+    assert store_efficiency(Proto.LL, "pcie") == pytest.approx(0.5 * 128 / (128 + 24))
     # A NIC moves whole buffers by DMA, whatever the protocol's stores.
     assert store_efficiency(Proto.LL128, "pcie", dma=True) > store_efficiency(Proto.LL128, "pcie")
 

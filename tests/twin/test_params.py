@@ -213,6 +213,8 @@ def probe(params: TwinParams) -> dict[str, float]:
     out["slices"] = _time(h100, ar, 4 << 20, ring, simple)
     one_process = Communicator.first(load_cluster("dgx-h100"), gpus_per_process=8, params=params)
     out["one process"] = _time(one_process, ar, 64 << 10, ring, simple)
+    ll_config = Config(ring, ll, Transport.P2P, 1, *RESOURCES[ll])
+    out["one process timed"] = float(one_process.schedule(one_process.task(ar, 1024), ll_config).back_to_back_us())
     two = Communicator.first(load_cluster("dgx-h100", nodes=2), params=params)
     for proto in Proto:
         out[f"net small {proto}"] = _time(two, ar, 64 << 10, ring, proto)
@@ -300,6 +302,8 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("link.nvlink.step_us.ll", 1.2, "nvlink small ll", True),
     ("protocol.launch_us.simple", 5.0, "nvlink small simple", False),
     ("protocol.simple_slice_sync_us", 6.0, "slices", True),
+    ("protocol.host_launch_us", 6.0, "one process timed", True),
+    ("protocol.stream_query_us", 2.0, "one process timed", True),
     ("protocol.ll_op_us", 0.1, "cta ll", False),
     ("protocol.ll128_copy_factor", 0.5, "cta ll128", True),
     ("cta.hbm_share", 0.03, "cta simple", False),
@@ -369,7 +373,7 @@ def test_names_bounds_and_units_cover_every_parameter():
     """Each parameter has a dotted name, a unit and a range that holds its default."""
     values = DEFAULT_PARAMS.to_dict()
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
-    assert len(values) == 79  # 39 + the fabric kinds' figures (19) + the compute shape model's (20) + fused softmax (1)
+    assert len(values) == 80  # 40 (with the host launch and stream query) + fabric kinds (19) + compute shapes (20) + fused softmax (1)
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

@@ -9,7 +9,7 @@ What the twin adds is the physics those tables summarise:
 
 * A store of ``s`` bytes crosses an NVLink or PCIe link as a packet with a header, so small
   stores waste bandwidth: efficiency ``s / (s + header)`` (a PCIe TLP costs about 24 bytes of
-  header and framing; LL and LL128's flagged stores cross PCIe one 32-byte sector at a time).
+  header and framing; LL128's flagged stores cross PCIe one 32-byte sector at a time).
 * A channel is one CTA, and what limits a Simple or LL128 CTA is the memory operations it
   issues: every byte it loads or stores, local or remote.  That rate grows with threads (more
   loads in flight) and saturates at what one SM can move (a fixed share of the GPU's memory
@@ -36,10 +36,31 @@ STORE_BYTES = {Proto.LL: 128, Proto.LL128: 128, Proto.SIMPLE: 256}
 """Bytes one NVLink packet carries: a warp's contiguous 16-byte LL stores combine into 128-byte
 writes, LL128 writes whole 128-byte lines, Simple fills full packets."""
 
-PCIE_FLAG_STORE_BYTES = 32
-"""LL and LL128 write with volatile stores, which leave the GPU one 32-byte sector at a time
-(the unit of every global-memory transaction, CUDA C++ Best Practices Guide, "Coalesced Access
-to Global Memory"); across PCIe each sector is one write TLP with its own ~24-byte header."""
+PCIE_LL128_STORE_BYTES = 32
+"""What one LL128 write TLP carries across PCIe, as its measured rate says: a 2×L40S ring over
+the host bridge moves LL128 at 0.57 of Simple's rate (``tests/data/nccl-tests`` L40S files at
+128 MiB, 8.9 against 15.7 GB/s busbw), what 32-byte TLPs with ~24-byte headers give (0.59;
+32-byte sectors are the unit of every global-memory transaction: CUDA C++ Best Practices Guide,
+"Coalesced Access to Global Memory").  Its stores have LL's shape (16 bytes per thread, a warp's 512 bytes contiguous:
+``store128`` at ``wireOffset = … + 2 * wid``, ``prims_ll128.h``), so what splits them is not
+the store itself; NCCL leaves LL128 off on PCIe (it relies on NVLink's 128-byte write
+atomicity), and that cause is not modelled."""
+
+
+def link_store_bytes(proto: Proto, link_kind: str) -> int:
+    """Bytes one write packet carries for ``proto`` on a link inside a node.
+
+    LL writes one 16-byte line per thread, a warp's 32 lines contiguous (``storeLL``,
+    ``st.volatile.global.v4.u32`` at ``sendPtr + offset``, ``offset`` stepping by thread,
+    ``prims_ll.h``): four whole 128-byte lines per store instruction, on NVLink and PCIe alike.
+    On 2×L40S over the host bridge LL runs at 0.38 of Simple's rate (5.9 against 15.7 GB/s at
+    128 MiB): 128-byte TLPs give 0.46 (0.5 × 128/152 against 256/280), 32-byte ones 0.31; the
+    rest (the receiver's polling of each line's flag) is not modelled.  LL128 across PCIe:
+    ``PCIE_LL128_STORE_BYTES``.
+    """
+    if proto is Proto.LL128 and link_kind in ("pcie", "cpu"):
+        return PCIE_LL128_STORE_BYTES
+    return STORE_BYTES[proto]
 
 
 def store_efficiency(proto: Proto, link_kind: str, *, dma: bool = False, params: TwinParams = DEFAULT_PARAMS
@@ -55,9 +76,7 @@ def store_efficiency(proto: Proto, link_kind: str, *, dma: bool = False, params:
     else:
         link = params.link.of(link_kind)
         efficiency, header = link.efficiency, link.header_bytes
-    store = STORE_BYTES[Proto.SIMPLE if dma else proto]
-    if link_kind in ("pcie", "cpu") and proto is not Proto.SIMPLE and not dma:
-        store = PCIE_FLAG_STORE_BYTES
+    store = STORE_BYTES[Proto.SIMPLE] if dma else link_store_bytes(proto, link_kind)
     return efficiency * store / (store + header) * PAYLOAD_FRACTION[proto]
 
 

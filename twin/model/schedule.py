@@ -19,7 +19,7 @@ a fixed hand-over per slice (``sync_us``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from traces.task import Op
 from tuner.config import Algo, Config, Proto
 from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, layout_problem
 from twin.model.geometry import CommGeometry, LinkUse
+from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
 from twin.model.protocols import cta_copy_gbps
 from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS
 from twin.nccl_model.select import ring_quantum_bytes
@@ -109,6 +110,9 @@ class Schedule:
     proxy_us: float = 0.0
     """The busiest proxy thread's CPU time per step (``ChannelShare.proxy_us``): one thread posts
     every network step of its GPU, so a full pipeline's chunks follow each other no faster."""
+    host: HostLaunch = field(default_factory=HostLaunch)
+    """The host thread that launches the call (``twin.model.host``); ``launch_us`` already holds
+    its ``skew_us``, the wait for the last GPU's launch."""
 
     @property
     def n_steps(self):
@@ -134,18 +138,34 @@ class Schedule:
         """The part of a step that does not overlap the transfer: hop latency plus one grain."""
         return self.step_us + self.unit_bytes / (gbps * 1e3)
 
-    def back_to_back_us(self):
-        """Time between calls issued back to back (as nccl-tests times them), uncontended.
+    def gpu_period_us(self):
+        """Time between two calls already queued on the GPUs, uncontended.
 
         A pipeline's data flows one way (Broadcast, Reduce down a chain), so the next call's first
         chunk enters while the last chunks of this one are still travelling: the calls overlap and
         follow each other at the pace of the busiest rank, its launch plus one step per chunk.
         Rounds (Ring AllReduce/AllGather/ReduceScatter) and the tree's up-then-down pass end where
-        the next call starts, so there nothing overlaps.
+        the next call starts, so there nothing overlaps.  Queued kernels wait for no launch, so
+        the host's skew is not in it.
         """
         if not self.one_way:
-            return self.time_us()
-        return self.launch_us + self.loops * self.pace_us(self.gbps)
+            return self.time_us() - self.host.skew_us
+        return self.launch_us - self.host.skew_us + self.loops * self.pace_us(self.gbps)
+
+    def back_to_back_us(self, iters: int = NCCL_TESTS_ITERS):
+        """Time per call of ``iters`` calls issued back to back, as nccl-tests times them: the
+        GPUs' period or the host thread's launches, whichever is slower, with the last call's
+        drain and the final poll shared over the timed calls (``HostLaunch.timed_loop_us``).
+
+        Down a one-way chain rank ``r``'s last call ends ``r/(n−1)`` of the chain's drain after
+        the root's, and nccl-tests reports the ranks' mean time (``Allreduce(args, &deltaSec,
+        average)`` in ``src/common.cu``): half the drain counts.
+        """
+        period = self.gpu_period_us()
+        call = self.time_us() - self.host.skew_us
+        if self.one_way:
+            call = period + (call - period) / 2
+        return self.host.timed_loop_us(call, period, iters)
 
     def time_us(self):
         """Closed form: the time the engines agree on for an uncontended run.
@@ -196,7 +216,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     direct = geom.nnodes == 1 and gpus_per_process >= geom.ppn and proto is not Proto.LL
     copy = cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, memory_ops_per_byte(op, algo, n, direct),
                          params=params)
-    launch = params.protocol.launch_us.of(proto) + params.protocol.extra_gpu_launch_us * (gpus_per_process - 1)
+    host = HostLaunch(gpus_per_process, params.protocol.host_launch_us, params.protocol.stream_query_us)
+    launch = params.protocol.launch_us.of(proto) + host.skew_us
     per_channel = nbytes / nch
     # Cut-through grain: LL's receiving thread takes a line as soon as its flag is valid, so a
     # ring step's data follows one CTA pass behind (``nthreads`` lines of 8 bytes: ``LLGenericOp``
@@ -239,7 +260,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, step_bytes / grain_bytes, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us)
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us, host)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -257,7 +278,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         step_bytes = per_peer * peers / loops
         per_flow = len(flows) / (1 if op is Op.SENDRECV else n)
         return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us, launch, cap,
-                        scaled_links(share.links, per_flow), in_flight=PIPELINE_IN_FLIGHT, proxy_us=share.proxy_us)
+                        scaled_links(share.links, per_flow), in_flight=PIPELINE_IN_FLIGHT, proxy_us=share.proxy_us,
+                        host=host)
     if algo is Algo.RING:
         if op is Op.ALLREDUCE:
             return shaped("rounds", "ring", 2 * (n - 1), n, phases=ring_phases(op, n, direct))
