@@ -399,3 +399,20 @@ def test_nvls_tree_can_be_forced_by_its_name():
     comm = Communicator.first(load_cluster("dgx-h100", nodes=2))
     p = predict(comm, Op.ALLREDUCE, 256 * MIB, algo=Algo.NVLS_TREE)
     assert p.config.algo is Algo.NVLS_TREE and p.chosen_by == "user+nccl"
+
+
+def test_the_proxy_posts_one_message_per_nccl_step_not_per_model_grain():
+    """A tree's pipeline advances in grains smaller than NCCL's chunk, but the busiest proxy thread
+    posts one network message per chunk (per NCCL step): each grain costs it the grain's share of
+    one, and a chunk twice as large halves the proxy's time per byte."""
+    geom = CommGeometry(load_cluster("dgx-a100", nodes=2))
+    share = geom.share("tree", 16, Proto.LL128)
+    small, large = (schedule_for(geom, Op.ALLREDUCE, 8 * MIB, Algo.TREE, Proto.LL128, 16, 640, chunk)
+                    for chunk in (17280, 71040))
+    for s, chunk in ((small, 17280), (large, 71040)):
+        assert float(s.step_bytes) < chunk
+        assert float(s.proxy_us) == pytest.approx(share.proxy_us * float(s.step_bytes) / chunk)
+    assert float(large.proxy_us) / float(large.step_bytes) < 0.3 * float(small.proxy_us) / float(small.step_bytes)
+    # A part smaller than one chunk is one message per hop, whatever grains it is cut in.
+    tiny = schedule_for(geom, Op.ALLREDUCE, 16 * 1024, Algo.TREE, Proto.LL128, 1, 640, 71040)
+    assert float(tiny.proxy_us) * float(tiny.loops) == pytest.approx(geom.share("tree", 1, Proto.LL128).proxy_us)

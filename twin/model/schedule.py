@@ -227,10 +227,14 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
         grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
                                  else grain_unit, step_bytes)
+        # The proxy posts one network message per NCCL step (a chunk, or the channel's whole part
+        # when that is smaller), not per model step: a model step of a fraction of it costs that
+        # fraction of the busiest proxy's time.
+        proxy = share.proxy_us * np.minimum(1.0, step_bytes / np.minimum(chunk, per_channel))
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, step_bytes / grain_bytes, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us)
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
