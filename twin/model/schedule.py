@@ -113,7 +113,10 @@ class Schedule:
     and down each node): the first chunk moves there at ``fast_gbps`` over ``fast_links``, not at
     the network's share, since no later chunk of the channel is in flight yet to be held back."""
     fast_gbps: float = np.inf
+    """The channel's payload rate on its node's links alone (``CommGeometry.intra_share``, capped by
+    the CTA's copy rate)."""
     fast_links: tuple = ()
+    """``LinkUse`` of the links the fill's steps inside a node load (the DES runs them there)."""
 
     @property
     def n_steps(self):
