@@ -399,37 +399,3 @@ def test_nvls_tree_can_be_forced_by_its_name():
     comm = Communicator.first(load_cluster("dgx-h100", nodes=2))
     p = predict(comm, Op.ALLREDUCE, 256 * MIB, algo=Algo.NVLS_TREE)
     assert p.config.algo is Algo.NVLS_TREE and p.chosen_by == "user+nccl"
-
-
-def test_the_proxy_posts_one_message_per_nccl_step_not_per_model_grain():
-    """A tree's pipeline advances in grains smaller than NCCL's chunk, but the busiest proxy thread
-    posts one network message per chunk (per NCCL step): each grain costs it the grain's share of
-    one, and a chunk twice as large halves the proxy's time per byte."""
-    geom = CommGeometry(load_cluster("dgx-a100", nodes=2))
-    share = geom.share("tree", 16, Proto.LL128)
-    small, large = (schedule_for(geom, Op.ALLREDUCE, 8 * MIB, Algo.TREE, Proto.LL128, 16, 640, chunk)
-                    for chunk in (17280, 71040))
-    for s, chunk in ((small, 17280), (large, 71040)):
-        assert float(s.step_bytes) < chunk
-        assert float(s.proxy_us) == pytest.approx(share.proxy_us * float(s.step_bytes) / chunk)
-    assert float(large.proxy_us) / float(large.step_bytes) < 0.3 * float(small.proxy_us) / float(small.step_bytes)
-    # A part smaller than one chunk is one message per hop, whatever grains it is cut in.
-    tiny = schedule_for(geom, Op.ALLREDUCE, 16 * 1024, Algo.TREE, Proto.LL128, 1, 640, 71040)
-    assert float(tiny.proxy_us) * float(tiny.loops) == pytest.approx(geom.share("tree", 1, Proto.LL128).proxy_us)
-
-
-def test_a_multinode_tree_fills_its_node_chains_at_their_own_rate():
-    """Across two p4de-shaped A100 nodes a Tree Simple AllReduce's first 128 KiB chunk climbs and
-    descends each node's chain over NVLink at the chain's share (the CTA's copy rate), not at the
-    two channels per 100 Gb/s NIC the network hops get: 14 of its 16 fill steps are inside nodes,
-    they load NVLink and PCIe only, and the fill is that much shorter than at the network's rate."""
-    geom = CommGeometry(load_cluster(str(ROOT / "benchmarks" / "clusters" / "aws-p4de.yaml"), nodes=2))
-    s = schedule_for(geom, Op.ALLREDUCE, MIB, Algo.TREE, Proto.SIMPLE, 8, 640, 1 << 19)
-    assert (s.steps, s.fast_fill_steps) == (16, 14)
-    assert float(s.fast_gbps) > 1.5 * float(s.gbps)
-    kinds = {geom.cluster.graph.edges[u.link]["kind"] for u in s.fast_links}
-    assert "net" in {geom.cluster.graph.edges[u.link]["kind"] for u in s.links} and "net" not in kinds
-    at_network_rate = dataclasses.replace(s, fast_fill_steps=0)
-    assert float(s.time_us()) < 0.85 * float(at_network_rate.time_us())
-    one_node = CommGeometry(load_cluster(str(ROOT / "benchmarks" / "clusters" / "aws-p4de.yaml")))
-    assert schedule_for(one_node, Op.ALLREDUCE, MIB, Algo.TREE, Proto.SIMPLE, 8, 640, 1 << 19).fast_fill_steps == 0

@@ -38,9 +38,7 @@ def _collective(env: simpy.Environment, net: FluidNetwork, run: CollectiveRun, e
     s = run.schedule
     yield env.timeout(run.start_us + float(s.launch_us))
     for i in range(int(s.n_steps)):
-        # The fill's hops inside a node (``Schedule.fast_fill_steps``) load only the node's links.
-        links = s.fast_links if i < min(s.fast_fill_steps, int(s.fill_steps)) else s.links
-        transfer = net.start(float(s.step_bytes), links, float(s.cap_gbps))
+        transfer = net.start(float(s.step_bytes), s.links, float(s.cap_gbps))
         rate = max(transfer.rate_gbps, 1e-9)
         # A full pipeline's chunk waits for a share of a step's latency only (``Schedule.pace_us``).
         wait = s.latency_us(rate) if i < s.fill_steps else max(s.step_time_us(rate) / s.in_flight - s.sync_us,

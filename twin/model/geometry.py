@@ -405,15 +405,6 @@ class CommGeometry:
                                        load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
         return self._shares[key]
 
-    def intra_share(self, pattern: str, nchannels: int, proto: Proto) -> ChannelShare:
-        """The share of ``pattern``'s flows that stay inside nodes, on ``nchannels`` channels: what
-        a chunk gets on a node's links while the network hops carry nothing of its channel."""
-        key = ("intra", pattern, nchannels, proto)
-        if key not in self._shares:
-            flows = [f for c in range(nchannels) for f in self.channel_flows(pattern, c) if not self._between_nodes(f)]
-            self._shares[key] = _share(_Load().plus(flows), proto, self.path_latency_us(pattern, proto), self.params)
-        return self._shares[key]
-
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:
         """One step over ``flow``.  Inside a node of a communicator that spans nodes, an LL step
         costs ``protocol.ll_multinode_intra_factor`` (1.8) times its single-node latency:

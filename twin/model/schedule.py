@@ -108,15 +108,6 @@ class Schedule:
     proxy_us: float = 0.0
     """The busiest proxy thread's CPU time per step (``ChannelShare.proxy_us``): one thread posts
     every network step of its GPU, so a full pipeline's chunks follow each other no faster."""
-    fast_fill_steps: int = 0
-    """Of the fill steps, those that cross only links inside a node (a multi-node tree's chain up
-    and down each node): the first chunk moves there at ``fast_gbps`` over ``fast_links``, not at
-    the network's share, since no later chunk of the channel is in flight yet to be held back."""
-    fast_gbps: float = np.inf
-    """The channel's payload rate on its node's links alone (``CommGeometry.intra_share``, capped by
-    the CTA's copy rate)."""
-    fast_links: tuple = ()
-    """``LinkUse`` of the links the fill's steps inside a node load (the DES runs them there)."""
 
     @property
     def n_steps(self):
@@ -135,15 +126,8 @@ class Schedule:
                                      self.step_time_us(gbps) / self.in_flight), self.proxy_us)
 
     def steps_time_us(self, gbps):
-        """All the steps at ``gbps``: the full-latency ones (those inside a node at ``fast_gbps``),
-        then the paced ones."""
-        fast = np.minimum(self.fast_fill_steps, self.fill_steps)
-        return ((self.fill_steps - fast) * self.step_time_us(gbps) + fast * self.step_time_us(self.fast_rate(gbps))
-                + (self.n_steps - self.fill_steps) * self.pace_us(gbps))
-
-    def fast_rate(self, gbps):
-        """The rate of a fill step inside a node when the channel gets ``gbps`` elsewhere."""
-        return np.maximum(gbps, self.fast_gbps) if self.fast_fill_steps else gbps
+        """All the steps at ``gbps``: the full-latency ones, then the paced ones."""
+        return self.fill_steps * self.step_time_us(gbps) + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
 
     def latency_us(self, gbps):
         """The part of a step that does not overlap the transfer: hop latency plus one grain."""
@@ -220,8 +204,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     unit = {Proto.LL: nthreads * LL_LINE_DATA_BYTES, Proto.LL128: LL128_UNIT_BYTES}.get(proto, chunk / 2)
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
-               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
-               intra_steps: int = 0) -> Schedule:
+               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0
+               ) -> Schedule:
         share = geom.share(pattern, nch, proto)
         if phases:
             # The channel's primitives run one after another, each at its own pace (below).
@@ -243,20 +227,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
         grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
                                  else grain_unit, step_bytes)
-        # The proxy posts one network message per NCCL step (a chunk, or the channel's whole part
-        # when that is smaller), not per model step: a model step of a fraction of it costs that
-        # fraction of the busiest proxy's time.
-        proxy = share.proxy_us * np.minimum(1.0, step_bytes / np.minimum(chunk, per_channel))
-        fast = {}
-        if intra_steps:
-            # The fill's hops inside a node load only the node's links, at their own share.
-            intra = geom.intra_share(pattern, nch, proto)
-            fast = {"fast_fill_steps": intra_steps, "fast_gbps": np.minimum(intra.gbps * rate_scale, cap),
-                    "fast_links": scaled_links(intra.links, rate_scale)}
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, step_bytes / grain_bytes, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy, **fast)
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -285,10 +259,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         depth = (geom.ppn - 1) + math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else geom.ppn - 1
         cap = (tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct, params=params)
                if op is Op.ALLREDUCE else copy)
-        # Across nodes the first chunk climbs and descends each node's chain (2(ppn-1) hops) at the
-        # chain's own rate; only its network hops go at the network's share.
-        return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap,
-                      intra_steps=2 * (geom.ppn - 1) if geom.nnodes > 1 else 0)
+        return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap)
     if algo is Algo.PAT:
         return shaped("rounds", "ring", max(1, math.ceil(math.log2(n))), n,
                       rate_scale=math.ceil(math.log2(n)) / (n - 1) if n > 1 else 1.0)
