@@ -82,7 +82,8 @@ class Run:
     nccl: str | None = None
     """The NCCL release where the log does not print it but its header or source names it."""
     fabric: str | None = None
-    """The network between nodes as the header names it: infiniband, roce, efa (None: one node).
+    """The network between nodes as the header names it: infiniband, roce, efa, efa-v1 (first-generation
+    EFA: p4d, p4de) (None: one node).
     Shown in the table; the twin models the fabric kind of ``topology`` (its YAML's
     ``fabric.kind``), which the tests hold to this."""
 
