@@ -83,7 +83,8 @@ class Run:
     nccl: str | None = None
     """The NCCL release where the log does not print it but its header or source names it."""
     fabric: str | None = None
-    """The network between nodes as the header names it: infiniband, roce, efa (None: one node).
+    """The network between nodes as the header names it: infiniband, roce, efa, efa-v1 (first-generation
+    EFA: p4d, p4de) (None: one node).
     Shown in the table; the twin models the fabric kind of ``topology`` (its YAML's
     ``fabric.kind``), which the tests hold to this."""
 
@@ -95,7 +96,7 @@ AZURE_A100_80 = str(CLUSTERS / "azure-nda100v4-80gb.yaml")
 GCP_A4 = str(CLUSTERS / "gcp-a4-b200.yaml")
 AWS_P4DE = str(CLUSTERS / "aws-p4de.yaml")
 AWS_P5 = str(CLUSTERS / "aws-p5.yaml")
-IB, ROCE, EFA = "infiniband", "roce", "efa"
+IB, ROCE, EFA, EFA_V1 = "infiniband", "roce", "efa", "efa-v1"
 RUNS = {
     # ---- the development set (tests/data/nccl-tests) ----
     # ABCI 2.0 node (A): 8 A100 on NVSwitch, Intel Xeon hosts, 4 HDR NICs per node, one MPI rank per GPU.
@@ -139,8 +140,8 @@ RUNS = {
     "gcp-a3ultra-h200-2gpu-2node-allreduce-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=ROCE),
     # Nebius H200, 8x 400 Gb/s NDR per node; the job's image ships NCCL 2.23.4.
     "nebius-h200-16gpu-2node-allreduce-ib-1G-16G": Run("hgx-h200", nodes=2, nccl="2.23.4", fabric=IB),
-    # AWS EFA: 2x p4de (4x 100 Gb/s each), 2x p5 (32x 100 Gb/s each).
-    "aws-p4de-a100-16gpu-2node-allreduce-efa": Run(AWS_P4DE, nodes=2, fabric=EFA),
+    # AWS EFA: 2x p4de (4x 100 Gb/s first-generation EFA each), 2x p5 (32x 100 Gb/s EFA v2 each).
+    "aws-p4de-a100-16gpu-2node-allreduce-efa": Run(AWS_P4DE, nodes=2, fabric=EFA_V1),
     "aws-p5-h100-16gpu-2node-allreduce-efa": Run(AWS_P5, nodes=2, fabric=EFA),
 }
 L40S_VARIANTS = {"ring": {"algo": Algo.RING}, "tree": {"algo": Algo.TREE}, "auto_ll": {"proto": Proto.LL},

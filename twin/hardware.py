@@ -247,6 +247,15 @@ class FabricKind:
     """NCCL variables the vendor's required profile sets (``NCCL_PROTO``, ``NCCL_ALGO``,
     ``NCCL_BUFFSIZE``, ``NCCL_NVLS_ENABLE``)."""
     sources: tuple[str, ...] = ()
+    reported_latency_us: float = 0.0
+    """The latency the network module reports to NCCL (``ncclNetProperties_t.latency``): NCCL's
+    topology takes it as the NIC's ``latency`` (``src/graph/topo.cc``), its search as the graph's
+    ``latencyInter``, which the cost model adds to every network step, twice for Simple
+    (``src/graph/tuning.cc``).  It steers NCCL's choice of algorithm and protocol, not the time a
+    step takes (that is ``TwinParams.fabric``)."""
+    times: str = ""
+    """The kind whose times and line-rate share (``TwinParams.fabric``) this one shares; empty: its
+    own (a kind that differs from another only in how NCCL may drive it)."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -259,6 +268,15 @@ _GOOGLE_TCPX = ("Google Cloud, 'Maximize GPU network bandwidth with GPUDirect-TC
 _GOOGLE_TCPXO = ("Google Cloud, 'Maximize GPU network bandwidth with GPUDirect-TCPXO' (a3-mega) and its "
                  "nccl-env-profile.sh (AI-Hypercomputer/gpu-recipes): NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple, "
                  "NCCL_BUFFSIZE=8388608, NCCL_NVLS_ENABLE=0, plugin 'FasTrak' (libnccl-net.so)",)
+_AWS_OFI = ("aws/aws-ofi-nccl src/platform-aws.c (v1.7-1.8, 2023): NCCL_PROTO=simple unless the EFA endpoint "
+            "delivers 128-byte aligned writes in order "
+            "(FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES / ..._SENDRECV_...), 'such as on P4d/P4de'; "
+            "platform_data_map reports a net latency of 75 us on p4d, p4de and p5 (150 elsewhere)",)
+# The same file also sets NCCL_NVLS_ENABLE=0, 'a bug with EFA and NCCL 2.17/2.18 ... we need to come back
+# to this when the bug is fixed': a workaround for two NCCL releases, not a property of the fabric, so
+# the kinds leave NVLS to NCCL (the twin emulates later releases too).
+_AWS_OFI_LATENCY_US = 75.0
+"""What aws-ofi-nccl tells NCCL a network message takes on p4d, p4de and p5 (``platform_data_map``)."""
 _FABRIC_KINDS = (
     FabricKind("infiniband", "InfiniBand verbs (RDMA)", "IB", True,
                sources=("NCCL src/transport/net_ib.cc", "NVIDIA perftest ib_write_lat, ConnectX-6/7")),
@@ -274,9 +292,15 @@ _FABRIC_KINDS = (
     FabricKind("gpudirect-tcpxo", "Google GPUDirect-TCPXO (a3-mega)", "FasTrak plugin", True,
                (("NCCL_ALGO", "Ring,Tree"), ("NCCL_PROTO", "Simple"), ("NCCL_BUFFSIZE", "8388608"),
                 ("NCCL_NVLS_ENABLE", "0")), _GOOGLE_TCPXO),
-    FabricKind("efa", "AWS Elastic Fabric Adapter (SRD, libfabric)", "aws-ofi-nccl plugin", True,
+    FabricKind("efa", "AWS Elastic Fabric Adapter v2+ (SRD, libfabric; p5, p5e, p5en)", "aws-ofi-nccl plugin", True,
                sources=("AWS, 'Elastic Fabric Adapter' (EC2 user guide): OS bypass, SRD, GPUDirect RDMA on p4d/p5",
-                        "aws/aws-ofi-nccl: the libfabric net plugin, RDMA protocol striping over the EFA rails")),
+                        "aws/aws-ofi-nccl: the libfabric net plugin, RDMA protocol striping over the EFA rails",
+                        *_AWS_OFI),
+               reported_latency_us=_AWS_OFI_LATENCY_US),
+    FabricKind("efa-v1", "AWS Elastic Fabric Adapter v1 (SRD, libfabric; p4d, p4de)", "aws-ofi-nccl plugin", True,
+               (("NCCL_PROTO", "Simple"),),
+               ("AWS, 'Elastic Fabric Adapter' (EC2 user guide): first-generation EFA on p4d/p4de, 4x 100 Gb/s",
+                *_AWS_OFI), reported_latency_us=_AWS_OFI_LATENCY_US, times="efa"),
     FabricKind("slingshot", "HPE Slingshot-11 (Cassini NIC, libfabric cxi)", "aws-ofi-nccl plugin (cxi)", True,
                sources=("HPE Slingshot-11: Cassini 200 Gb/s NIC, Rosetta 64-port switch",
                         "NERSC/CSCS docs: NCCL on Slingshot through aws-ofi-nccl with the cxi provider")),

@@ -33,6 +33,7 @@ from typing import Any
 
 from traces.errors import CcltwinError
 from tuner.config import Proto
+from twin.hardware import fabric_kind
 
 __all__ = ["DEFAULT_PARAMS", "Attention", "Compute", "Cta", "FabricTimes", "Fabrics", "Gemm", "Interference",
            "IntraLink", "Kernels", "Links", "Network", "ParamsError", "ProtocolTimes", "Protocols", "TwinParams"]
@@ -196,8 +197,9 @@ class Fabrics:
     about 1 µs per message; ``osu_bw`` about 23 of 25 GB/s (200 Gb/s), 0.9."""
 
     def of(self, kind: str) -> FabricTimes:
-        """The figures of fabric kind ``kind`` (a ``twin.hardware`` name, e.g. ``gpudirect-tcpxo``)."""
-        return getattr(self, kind.replace("-", "_"))
+        """The figures of fabric kind ``kind`` (a ``twin.hardware`` name, e.g. ``gpudirect-tcpxo``;
+        a kind that shares another's figures, ``FabricKind.times``, gets that one's)."""
+        return getattr(self, (fabric_kind(kind).times or kind).replace("-", "_"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

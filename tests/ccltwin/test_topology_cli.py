@@ -51,6 +51,8 @@ def test_show_prints_the_fabric_kind(tmp_path):
     shown = runner.invoke(app, ["show", str(tcp)]).stdout
     assert "tcp: TCP sockets (host-staged), NCCL net Socket, host-staged" in shown
     assert json.loads(runner.invoke(app, ["show", "gh200-slingshot", "--json"]).stdout)["fabric_kind"] == "slingshot"
+    p5 = runner.invoke(app, ["show", "aws-p5", "--nodes", "2"]).stdout
+    assert "efa: AWS Elastic Fabric Adapter v2+" in p5 and "reports 75 us latency to NCCL" in p5
     bad = tmp_path / "bad.yaml"
     bad.write_text(tcp.read_text().replace("kind: tcp", "kind: token-ring"))
     result = runner.invoke(app, ["show", str(bad)])

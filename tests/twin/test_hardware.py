@@ -156,12 +156,16 @@ def test_newer_gpus_carry_their_data_sheet_figures():
 
 def test_fabric_kinds_say_how_nccl_drives_them():
     """Every kind has a title, NCCL module and sources; TCP alone is host-staged; Google's plugins
-    fix NCCL_PROTO=Simple; an unknown kind lists the known ones."""
+    and aws-ofi-nccl on first-generation EFA fix NCCL_PROTO=Simple; aws-ofi-nccl reports 75 µs to
+    NCCL; an unknown kind lists the known ones."""
     assert set(FABRIC_KINDS) == {"infiniband", "roce", "tcp", "gpudirect-tcpx", "gpudirect-tcpxo", "efa",
-                                 "slingshot"}
+                                 "efa-v1", "slingshot"}
     assert all(k.title and k.nccl_net and k.sources for k in FABRIC_KINDS.values())
     assert [k.name for k in FABRIC_KINDS.values() if not k.gpudirect] == ["tcp"]
     assert {k.name for k in FABRIC_KINDS.values() if k.env.get("NCCL_PROTO") == "Simple"} == {
-        "gpudirect-tcpx", "gpudirect-tcpxo"}
+        "gpudirect-tcpx", "gpudirect-tcpxo", "efa-v1"}
+    assert {k.name: k.reported_latency_us for k in FABRIC_KINDS.values() if k.reported_latency_us} == {
+        "efa": 75.0, "efa-v1": 75.0}
+    assert fabric_kind("efa-v1").times == "efa"  # the same wire: only how NCCL may drive it differs
     with pytest.raises(TopologyError, match=r"^unknown fabric kind 'omnipath' \(known: infiniband, roce, tcp, "):
         fabric_kind("omnipath")

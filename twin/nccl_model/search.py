@@ -107,6 +107,7 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
                                             release.net_peer_channels, release.sm80_nvlink_bw),
         algo_env=env.get("NCCL_ALGO"), proto_env=env.get("NCCL_PROTO"),
         buffsize=int(env.get("NCCL_BUFFSIZE", 4 << 20)),
+        latency_inter=cluster.fabric.reported_latency_us if inter else 0.0,
     )
 
 

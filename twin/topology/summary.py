@@ -73,7 +73,8 @@ def _kind_line(name: str) -> str:
     profile = " ".join(f"{k}={v}" for k, v in kind.nccl_env)
     return (f"{kind.name}: {kind.title}, NCCL net {kind.nccl_net}, "
             f"{'GPUDirect' if kind.gpudirect else 'host-staged (no GPUDirect)'}"
-            + (f", vendor profile {profile}" if profile else ""))
+            + (f", vendor profile {profile}" if profile else "")
+            + (f", reports {kind.reported_latency_us:g} us latency to NCCL" if kind.reported_latency_us else ""))
 
 
 def preset_facts(name: str) -> dict[str, Any]:

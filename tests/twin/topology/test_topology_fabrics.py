@@ -2,6 +2,7 @@
 multi-node NVLink domain."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,25 @@ def test_gb200_nvl72_allreduce_inside_the_domain_uses_nvlink_not_the_nic():
     busbw = 2 * 71 / 72 * (1 << 30) / with_nics.time_us / 1e3
     assert busbw > 8 * 400 / 8  # 8x what each GPU's 400 Gb/s NIC could carry
     assert "net" in {h.kind for h in load_cluster("gb200-nvl72", nodes=2).route("n0/gpu0", "n1/gpu0")}
+
+
+CLUSTERS = Path(__file__).resolve().parents[3] / "benchmarks" / "clusters"
+
+
+def test_aws_ofi_nccl_profile_on_first_and_second_generation_efa():
+    """aws-ofi-nccl reports 75 µs of network latency to NCCL on p4de and p5 (its cost model adds it
+    to every network step, twice for Simple), and on p4de's first-generation EFA, which does not
+    deliver 128-byte writes in order, forces NCCL_PROTO=simple: an 8-byte AllReduce over two p4de
+    runs Simple and takes about the measured 160 µs (awsome-distributed-training's log), two p5 run LL."""
+    p4de = load_cluster(str(CLUSTERS / "aws-p4de.yaml"), nodes=2)
+    p5 = load_cluster(str(CLUSTERS / "aws-p5.yaml"), nodes=2)
+    assert (p4de.fabric.name, p5.fabric.name) == ("efa-v1", "efa")
+    infos = {c.fabric.name: comm_info(c, c.gpus()) for c in (p4de, p5)}
+    assert {k: (i.proto_env, i.latency_inter) for k, i in infos.items()} == {"efa-v1": ("Simple", 75.0),
+                                                                            "efa": (None, 75.0)}
+    assert comm_info(load_cluster(str(CLUSTERS / "aws-p4de.yaml")), p4de.gpus()[:8]).latency_inter == 0.0
+    small = {c.fabric.name: predict(Communicator.first(c), Op.ALLREDUCE, 8) for c in (p4de, p5)}
+    assert (small["efa-v1"].config.proto, small["efa"].config.proto) == (Proto.SIMPLE, Proto.LL)
+    assert 130 < small["efa-v1"].time_us < 190 and small["efa"].time_us < 0.5 * small["efa-v1"].time_us
+    # Same wire: the first generation shares the second's times (TwinParams.fabric.efa).
+    assert DEFAULT_PARAMS.on_fabric("efa-v1") == DEFAULT_PARAMS.on_fabric("efa")
