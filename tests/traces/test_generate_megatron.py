@@ -156,8 +156,11 @@ def test_zero_stages_issue_their_data_parallel_collectives(zero):
 def test_the_optimizer_step_and_gradient_clipping_are_phases_of_their_own():
     work = _gpt(dp=2, zero=1)
     events = generate(work, ranks=[0]).ranks[0].events
+    unscale = next(e for e in events if e.name == "grad-unscale")  # fp16: the loss scaler's inf check
     clip = next(e for e in events if e.name == "grad-clip")
     step = next(e for e in events if e.name == "optimizer")
-    assert step.category == "optimizer" and clip.category == "memory" and clip.id in step.after
+    assert {unscale.category, clip.category, step.category} == {"optimizer"}
+    assert unscale.id in clip.after and clip.id in step.after
+    assert unscale.mem_bytes == 8 * (step.flops // 12) and clip.mem_bytes == 12 * (step.flops // 12)
     assert step.mem_bytes == 32 * (step.flops // 12)  # sharded over the 2 data-parallel ranks
     _ = Parallelism  # the plan type these workloads carry

@@ -51,9 +51,10 @@ __all__ = ["TransformerRank", "pipeline_order"]
 
 ADAM_FLOPS_PER_PARAM = 12
 ADAM_BYTES_PER_PARAM = 32  # fp32 master weight, two moments, gradient: read and written
-CLIP_BYTES_PER_PARAM = 20
-"""Loss-scale unscaling with its inf/NaN check (fp32 gradient read and written), the gradient
-norm (read) and clipping (read and written): five 4-byte passes per parameter."""
+UNSCALE_BYTES_PER_PARAM = 8
+"""fp16 loss-scale unscaling with its inf/NaN check: the fp32 gradient read and written."""
+CLIP_BYTES_PER_PARAM = 12
+"""The gradient norm (fp32 gradient read) and clipping (read and written)."""
 XENT_FWD_BYTES_PER_LOGIT = 38
 """Megatron's vocabulary-parallel cross entropy on fp32 logits: the cast (2 read, 4 written),
 max (4), subtract and exp in place (8 + 8), sum (4), softmax kept for backward (8)."""
@@ -458,8 +459,12 @@ class TransformerRank:
             )
         params = sum(u.params for u in self.grad_units())
         shard = params if self.parallelism.zero == 0 else params // len(self.grad.ranks)
-        clip = out.compute("grad-clip", 0, CLIP_BYTES_PER_PARAM * shard, end, *waits, category="memory",
-                           dtype="float32", kernels=3)
+        if m.dtype == "float16":  # Megatron's dynamic loss scaler; bf16 runs without one
+            end = out.compute("grad-unscale", 0, UNSCALE_BYTES_PER_PARAM * shard, end, *waits,
+                              category="optimizer", dtype="float32")
+            waits = []
+        clip = out.compute("grad-clip", 0, CLIP_BYTES_PER_PARAM * shard, end, *waits, category="optimizer",
+                           dtype="float32", kernels=2)
         optimizer = out.compute("optimizer", ADAM_FLOPS_PER_PARAM * shard, ADAM_BYTES_PER_PARAM * shard, clip,
                                 category="optimizer", dtype="float32")
         gathers = []

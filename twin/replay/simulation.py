@@ -19,10 +19,11 @@ starts an event no earlier than the host issued it; the GPU then takes ``PhaseCo
 a host runs ahead during long kernels and falls behind on short ones, and the GPU idles waiting
 for it (*host wait*).  The host blocks where the framework synchronises with the GPU
 (``blocks_host``): Megatron reads the loss-scale overflow flag and the gradient norm with
-``.item()`` (``optimizer`` phases of kind ``scale`` and ``clip``), synchronises the device after
-each pipeline exchange (``p2p_communication._communicate``: ``torch.cuda.synchronize()`` "to
-protect against race condition when using batch_isend_irecv()", so every SendRecv), and ends each
-iteration reading the reduced loss (the host waits for the rank's whole iteration).
+``.item()`` (``optimizer`` phases of kind ``scale`` and ``clip``) and ends each iteration reading
+the reduced loss (the host waits for the rank's whole iteration).  Megatron also synchronises the
+device after each pipeline exchange (``p2p_communication._communicate``); that is not modelled:
+a trace orders its SendRecvs per stream (the generator's interleaved schedule per neighbour),
+not in the one host order that blocking there needs, so blocking would deadlock such traces.
 
 Each call moves its bytes through the fluid network as one lumped transfer
 (``twin.des.engine``), so calls that overlap share links and NICs; compute phases are
@@ -179,7 +180,7 @@ class _Replay:
 
         Issue times are set a stretch at a time (up to the next block), so an event costs the
         host no SimPy event of its own; a stream that reaches an event not yet set waits."""
-        now, pending, first = self.env.now, [], 0
+        now, pending, syncs, first = self.env.now, [], [], 0
         for i, event in enumerate(events):
             key = (rank, event.id)
             if isinstance(event, ComputeEvent):
@@ -187,8 +188,10 @@ class _Replay:
                 now += cost.host_us
             self.issued_at[key] = now
             pending.append(key)
+            if blocks_host(event):
+                syncs.append(self.done[key])
             last = i + 1 == len(events) or events[i + 1].iteration != event.iteration
-            if last or blocks_host(event):
+            if last or syncs:
                 for waiting in pending:
                     if waiting in self.awaiting_host:
                         self.awaiting_host.pop(waiting).succeed()
@@ -196,11 +199,10 @@ class _Replay:
                 if now > self.env.now:
                     yield self.env.timeout(now - self.env.now)
                 if last:
-                    ends = (self.done[(rank, e.id)] for e in events[first:i + 1])
-                    yield simpy.AllOf(self.env, [ev for ev in ends if not ev.processed])
+                    syncs = [self.done[(rank, e.id)] for e in events[first:i + 1]]
                     first = i + 1
-                else:
-                    yield self.done[key]
+                yield simpy.AllOf(self.env, [ev for ev in syncs if not ev.processed])
+                syncs = []
                 now = self.env.now
 
     def _await_issue(self, rank: int, event):
@@ -360,7 +362,7 @@ class _Replay:
 
 def blocks_host(event) -> bool:
     """Whether the host waits for ``event`` to finish before issuing the next one (the module
-    docstring says where Megatron synchronises): a SendRecv, a loss-scale check, a gradient clip.
+    docstring says where Megatron synchronises): a loss-scale check or a gradient clip.
 
     >>> from traces.schema import ComputeEvent
     >>> blocks_host(ComputeEvent(0, "clip_grad_norm", category="optimizer"))
@@ -368,9 +370,8 @@ def blocks_host(event) -> bool:
     >>> blocks_host(ComputeEvent(1, "optimizer.step", category="optimizer")), blocks_host(ComputeEvent(2, "qkv"))
     (False, False)
     """
-    if isinstance(event, CollectiveEvent):
-        return event.op is Op.SENDRECV
-    return event.category == "optimizer" and optimizer_kind(event.name) in ("clip", "scale")
+    return isinstance(event, ComputeEvent) and event.category == "optimizer" and \
+        optimizer_kind(event.name) in ("clip", "scale")
 
 
 def _call_keys(rank: int, events) -> dict[int, tuple]:
