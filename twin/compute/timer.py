@@ -14,10 +14,11 @@ took (``duration_us``).  The rules, in order:
 3. it has only a measured duration (or start and end): that duration, as measured.  When the
    trace was taken on another GPU model, or says on none, this is counted in ``kept_as_measured``.
 
-A phase then takes at least its host time: ``host_us`` when the trace knows it, else, for a
-phase the model timed (rules 1-2), ``kernels`` × ``compute.kernels.host_us_per_kernel`` (the
-framework issues kernels no faster than that, whatever the GPU does: why small models run far
-slower than their FLOPs say).  ``host`` phases have host time only.  An attention phase whose
+A phase also has a host time: ``host_us`` when the trace knows it, else, for a phase the model
+timed (rules 1-2), ``kernels`` × ``compute.kernels.host_us_per_kernel`` (the framework issues
+kernels no faster than that, whatever the GPU does: why small models run far slower than their
+FLOPs say).  Alone, a phase takes the longer of the two (``PhaseCost.us``); in a replay the rank's
+host thread pays the host time and the GPU the GPU time (``twin.replay``).  ``host`` phases have host time only.  An attention phase whose
 name says ``backward`` or ``bwd`` is timed as the backward kernel; an optimizer phase whose name
 says ``clip`` as gradient clipping, ``scale`` or ``inf`` as loss scaling, else as the step.
 
@@ -77,7 +78,7 @@ class PhaseCost:
     gpu_us: float
     """GPU time alone, at full speed."""
     host_us: float
-    """Host time issuing it: the phase takes at least this long."""
+    """Host time issuing it (the replay's host thread pays it before the GPU may start the phase)."""
     category: str | None = None
     shape: tuple[int, ...] = ()
     dtype: str = DEFAULT_COMPUTE_DTYPE

@@ -211,7 +211,7 @@ class _Replay:
         if key not in self.issued_at:
             self.awaiting_host[key] = self.env.event()
             yield self.awaiting_host[key]
-        issued = self.issued_at[key]
+        issued = self.issued_at.pop(key)
         if issued > self.env.now:
             yield self.env.timeout(issued - self.env.now)
         if self.env.now > ready:
