@@ -18,9 +18,10 @@ A phase also has a host time: ``host_us`` when the trace knows it, else, for a p
 timed (rules 1-2), ``kernels`` × ``compute.kernels.host_us_per_kernel`` (the framework issues
 kernels no faster than that, whatever the GPU does: why small models run far slower than their
 FLOPs say).  Alone, a phase takes the longer of the two (``PhaseCost.us``); in a replay the rank's
-host thread pays the host time and the GPU the GPU time (``twin.replay``).  ``host`` phases have host time only.  An attention phase whose
-name says ``backward`` or ``bwd`` is timed as the backward kernel; an optimizer phase whose name
-says ``clip`` as gradient clipping, ``scale`` or ``inf`` as loss scaling, else as the step.
+host thread pays the host time and the GPU the GPU time (``twin.replay``).  ``host`` phases have
+host time only.  An attention phase whose name says ``backward`` or ``bwd`` is timed as the
+backward kernel; an optimizer phase whose name says ``clip`` as gradient clipping, ``scale`` or
+``inf`` as loss scaling, else as the step.
 
 >>> from traces.schema import ComputeEvent
 >>> from twin.hardware import gpu_spec

@@ -370,8 +370,8 @@ def blocks_host(event) -> bool:
     >>> blocks_host(ComputeEvent(1, "optimizer.step", category="optimizer")), blocks_host(ComputeEvent(2, "qkv"))
     (False, False)
     """
-    return isinstance(event, ComputeEvent) and event.category == "optimizer" and \
-        optimizer_kind(event.name) in ("clip", "scale")
+    return (isinstance(event, ComputeEvent) and event.category == "optimizer"
+            and optimizer_kind(event.name) in ("clip", "scale"))
 
 
 def _call_keys(rank: int, events) -> dict[int, tuple]:
