@@ -66,9 +66,11 @@ written by the QK matmul, read and written by the fused scale-mask-softmax and b
 read by the PV matmul (6 passes); backward about 10."""
 ACCUMULATE_KERNELS = 1
 """Kernels per parameter tensor per micro-batch that fold its new gradient into the accumulated
-one (autograd's ``AccumulateGrad``; Megatron's ``main_grad.add_`` hook): what makes a pre-norm
-layer profiled with torch launch 55 kernels forward and backward (``host eager layer fwd+bwd``
-in ``benchmarks/data/h200-compute.json``), where its products, attention, norms and element-wise
+one (autograd's ``AccumulateGrad``; Megatron's local DDP hook, ``_make_param_hook``:
+``param.main_grad.add_(param.grad.data)``; with ``--gradient-accumulation-fusion`` the four
+weight-gradient products accumulate into ``main_grad`` themselves): what makes a pre-norm layer
+profiled with torch launch 55 kernels forward and backward (``host eager layer fwd+bwd`` in
+``benchmarks/data/h200-compute.json``), where its products, attention, norms and element-wise
 ops alone are about 35."""
 ATTENTION_KERNELS = {"flash": (1, 3), "unfused": (4, 7)}
 """GPU kernels of core attention, forward and backward: FlashAttention's forward; its backward
