@@ -94,7 +94,7 @@ class _Replay:
         self.configs = configs
         self.gpu = cluster.gpu
         self.params = placement.params
-        self.timer = ComputeTimer.for_trace(trace, self.gpu, self.params)
+        self.timer = ComputeTimer.for_trace(trace, self.gpu, self.params, cluster.host_cpu.single_thread)
         self.env = simpy.Environment()
         self.net = FluidNetwork(self.env)
         self.present = {r.rank for r in trace.ranks}
