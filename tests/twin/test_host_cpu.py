@@ -79,3 +79,12 @@ def test_a_host_bound_replay_is_slower_on_the_dgx_a100_host_by_its_speed(referen
 def test_a_small_gpt_on_the_dgx_a100_waits_longer_for_its_host(reference_host_a100):
     trace = generate(gpt_workload(hidden=256, heads=4, layers=2, seq=128, tp=2, micro_batch=1, global_batch=2))
     assert replay(trace, load_cluster("dgx-a100")).host_wait_us > 1.2 * replay(trace, reference_host_a100).host_wait_us
+
+
+def test_topology_show_names_the_host_cpu_and_its_speed():
+    from twin.topology.summary import format_summary, summarize
+
+    facts = summarize(load_cluster("dgx-a100"))
+    assert (facts["host_cpu"], facts["host_cpu_single_thread"]) == ("EPYC-7742", 0.771)
+    assert "host CPU   EPYC-7742 (single thread 0.771" in format_summary(facts)
+    assert summarize(load_cluster("l40s-pcie"))["host_cpu"] == "unknown"
