@@ -11,11 +11,11 @@ Geekbench 5 single-core score per GHz.  The per-GHz figures come from one public
 dual-socket results (BenchLeaks, reported Sept 2022: two Xeon Platinum 8468, Sapphire Rapids,
 3.8 GHz max turbo, 1,257 single-core; two EPYC 7763, Zen 3, 3.5 GHz max boost, 1,249) and the
 vendors' stated generation-on-generation IPC gains: Zen 2 → Zen 3 +19 % (AMD, EPYC 7003 launch,
-2021), Zen 3 → Zen 4 +13 % (AMD, Ryzen 7000 launch, 2022); Emerald Rapids' Raptor Cove core
-keeps Sapphire Rapids' Golden Cove IPC (Intel, 5th Gen Xeon launch, 2023: the gains are cache and
-clock).  The reference (speed 1.0) is the H200 machine's host as the ``hgx-h200`` preset names
-it, an Emerald Rapids Xeon at 4.0 GHz (Xeon Platinum 8568Y+); the VM's exact SKU was not
-recorded, so this is the figure's largest uncertainty.
+2021), Zen 3 → Zen 4 +13 % (AMD, Ryzen 7000 launch, 2022); Emerald Rapids' Raptor Cove core is
+taken at Sapphire Rapids' Golden Cove IPC (an assumption: Intel attributes 5th Gen Xeon's gains
+to more cores, a larger L3 and faster memory).  The reference (speed 1.0) is the H200 machine's
+host as the ``hgx-h200`` preset names it, an Emerald Rapids Xeon at 4.0 GHz (Xeon Platinum
+8568Y+); the VM's exact SKU was not recorded, so this is the figure's largest uncertainty.
 
 >>> round(host_cpu("EPYC-7742").single_thread, 3)  # a DGX A100's host
 0.771
@@ -32,7 +32,7 @@ from twin.hardware import TopologyError
 
 GB5_PER_GHZ = {
     "golden-cove": 1257 / 3.8,  # Xeon Platinum 8468 pair, 1,257 at 3.8 GHz
-    "raptor-cove": 1257 / 3.8,  # Golden Cove's IPC (Intel: Emerald Rapids gains cache and clock)
+    "raptor-cove": 1257 / 3.8,  # taken at Golden Cove's IPC (module docstring)
     "zen3": 1249 / 3.5,  # EPYC 7763 pair, 1,249 at 3.5 GHz
     "zen2": 1249 / 3.5 / 1.19,  # Zen 3 has 19 % more IPC (AMD)
     "zen4": 1249 / 3.5 * 1.13,  # Zen 4 has 13 % more IPC than Zen 3 (AMD)
