@@ -50,6 +50,7 @@ class Row:
     predicted_ms: float
     compute_ms: float
     exposed_comm_ms: float
+    host_wait_ms: float
     bubble_ms: float
 
     @property
@@ -70,7 +71,7 @@ def _predict(label: str, topology: str, measured_ms: float, **shape) -> Row:
     check_fits(trace, cluster)
     b = evaluate_cluster(trace, cluster, Candidate(topology), tuned=False).breakdown
     return Row(label, shape["hidden"], work.parallelism.world_size, measured_ms, b.iteration_ms, b.compute_ms,
-               b.exposed_comm_ms, b.bubble_ms)
+               b.exposed_comm_ms, b.host_wait_ms, b.bubble_ms)
 
 
 def single_node(limit: int | None = None) -> list[Row]:
@@ -126,11 +127,11 @@ def _table(title: str, rows: list[Row], worst: int) -> str:
              f"{s['too_fast']} predicted too fast", "", "| hidden | runs | MAPE | mean signed error |",
              "|---|---|---|---|"]
     lines += [f"| {h} | {v['rows']} | {v['mape']:.1%} | {v['mean_error']:+.1%} |" for h, v in s["by_hidden"].items()]
-    lines += ["", "| run | GPUs | measured ms | predicted ms | error | compute | exposed comm | bubble |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| run | GPUs | measured ms | predicted ms | error | compute | exposed comm | host wait | bubble |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: -abs(r.error))[:worst]:
         lines.append(f"| {r.label} | {r.gpus} | {r.measured_ms:.1f} | {r.predicted_ms:.1f} | {r.error:+.1%} | "
-                     f"{r.compute_ms:.1f} | {r.exposed_comm_ms:.1f} | {r.bubble_ms:.1f} |")
+                     f"{r.compute_ms:.1f} | {r.exposed_comm_ms:.1f} | {r.host_wait_ms:.1f} | {r.bubble_ms:.1f} |")
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
 """Where a training iteration's time goes, from a replay: compute, exposed communication per op
-and per group, and the pipeline bubble.
+and per group, the GPU waiting for its host, and the pipeline bubble.
 
 Per rank of the trace, mean over them, per iteration (ms):
 
@@ -12,11 +12,14 @@ Per rank of the trace, mean over them, per iteration (ms):
 * ``exposed_comm_ms_by_op`` / ``_by_group``: the part of those calls no compute of the rank hides,
   by op and by the kind of group they run on (``tp``, ``dp``, ``pp``, ``embedding``...);
 * ``exposed_comm_ms``: their sum, at most what the iteration leaves beside compute;
+* ``host_wait_ms``: time the GPU runs nothing because the rank's host thread has not yet issued
+  work that is otherwise ready (the framework's Python, autograd and launches are slower than the
+  kernels: small models, high TP; ``ReplayResult.host_wait_us``), at most what is left;
 * ``bubble_ms``: the rest of the iteration, when a rank neither computes nor runs a call it is
-  holding up: waiting for the previous pipeline stage's activations or the next one's gradients
-  (the pipeline bubble) or for a late peer.
+  holding up nor waits for its host: waiting for the previous pipeline stage's activations or the
+  next one's gradients (the pipeline bubble) or for a late peer.
 
-So ``iteration_ms = compute_ms + exposed_comm_ms + bubble_ms``.
+So ``iteration_ms = compute_ms + exposed_comm_ms + host_wait_ms + bubble_ms``.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class IterationBreakdown:
     comm_ms_by_op: dict[str, float] = field(default_factory=dict)
     exposed_comm_ms_by_op: dict[str, float] = field(default_factory=dict)
     exposed_comm_ms_by_group: dict[str, float] = field(default_factory=dict)
+    host_wait_ms: float = 0.0
 
     def as_dict(self) -> dict:
         def r(x: float) -> float:
@@ -53,7 +57,8 @@ class IterationBreakdown:
 
         return {
             "iteration_ms": r(self.iteration_ms), "compute_ms": r(self.compute_ms),
-            "exposed_comm_ms": r(self.exposed_comm_ms), "bubble_ms": r(self.bubble_ms), "comm_ms": r(self.comm_ms),
+            "exposed_comm_ms": r(self.exposed_comm_ms), "host_wait_ms": r(self.host_wait_ms),
+            "bubble_ms": r(self.bubble_ms), "comm_ms": r(self.comm_ms),
             "comm_ms_by_op": {k: r(v) for k, v in self.comm_ms_by_op.items()},
             "exposed_comm_ms_by_op": {k: r(v) for k, v in self.exposed_comm_ms_by_op.items()},
             "exposed_comm_ms_by_group": {k: r(v) for k, v in self.exposed_comm_ms_by_group.items()},
@@ -81,7 +86,7 @@ def _sorted(values: dict[str, float]) -> dict[str, float]:
 
 def breakdown(trace: Trace, result: ReplayResult) -> IterationBreakdown:
     """The iteration of ``result`` (a replay of ``trace``), split into compute, exposed
-    communication by op and group, and bubble."""
+    communication by op and group, host wait and bubble."""
     issued, kinds = _issued(trace)
     per_rank = 1.0 / (max(len(trace.ranks), 1) * max(trace.iterations, 1) * 1e3)  # µs → ms per rank and iteration
     comm: dict[str, float] = {}
@@ -96,10 +101,12 @@ def breakdown(trace: Trace, result: ReplayResult) -> IterationBreakdown:
         by_group[kind] = by_group.get(kind, 0.0) + times.exposed_us * n
     iteration, compute = result.mean_iteration_us / 1e3, result.compute_us / 1e3
     exposed_total = min(sum(exposed.values()), max(iteration - compute, 0.0))
+    host_wait = min(result.host_wait_us / 1e3, max(iteration - compute - exposed_total, 0.0))
     return IterationBreakdown(
         iteration_ms=iteration, compute_ms=compute, exposed_comm_ms=exposed_total,
-        bubble_ms=max(iteration - compute - exposed_total, 0.0), comm_ms=result.comm_us / 1e3,
+        bubble_ms=max(iteration - compute - exposed_total - host_wait, 0.0), comm_ms=result.comm_us / 1e3,
         comm_ms_by_op=_sorted(comm), exposed_comm_ms_by_op=_sorted(exposed), exposed_comm_ms_by_group=_sorted(by_group),
+        host_wait_ms=host_wait,
     )
 
 

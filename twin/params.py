@@ -329,9 +329,11 @@ class Kernels:
     """A kernel's least time on the GPU, launched back to back: a one-element copy or add takes
     1.8-1.9 µs (1.3 µs for a graph's empty-ish add)."""
     host_us_per_kernel: float = _param(32.0, "µs", 0.0, 10_000.0)
-    """Host-side framework time per kernel when a phase does not say (``host_us``): an eager
-    pre-norm transformer layer's forward and backward at hidden 64 take 1,795 µs of host time
-    for 55 kernels (plain ops alone cost 7-14 µs each, autograd's backward call ~400 µs)."""
+    """Host-side framework time per kernel when a phase does not say (``host_us``), on the
+    reference host (``twin.host_cpu``; a cluster's host CPU divides it by its single-thread
+    speed): an eager pre-norm transformer layer's forward and backward at hidden 64 take 1,795 µs
+    of host time for 55 kernels (plain ops alone cost 7-14 µs each, autograd's backward call
+    ~400 µs)."""
     optimizer_launch_us: float = _param(200.0, "µs", 0.0, 100_000.0)
     """A fused optimizer step's fixed cost (16 tensors, AdamW ``fused=True``: 216 µs at 1M
     parameters)."""

@@ -99,7 +99,7 @@ def _split(c) -> str:
     if b is None:
         return ""
     return (f"iteration {b.iteration_ms:,.2f} ms = compute {b.compute_ms:,.2f} + exposed communication "
-            f"{b.exposed_comm_ms:,.2f} + pipeline bubble {b.bubble_ms:,.2f} ms")
+            f"{b.exposed_comm_ms:,.2f} + host wait {b.host_wait_ms:,.2f} + pipeline bubble {b.bubble_ms:,.2f} ms")
 
 
 def format_text(report: WhatIfReport, *, constants: str = "default constants") -> str:

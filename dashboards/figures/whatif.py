@@ -42,13 +42,14 @@ def iteration_figure(report: WhatIfReport, *, constants: str = "default constant
 
 
 SPLIT_PARTS = (("compute_ms", "compute", "#9ecae1"), ("exposed_comm_ms", "exposed communication", "#e6550d"),
-               ("bubble_ms", "pipeline bubble and waiting", "#bdbdbd"))
+               ("host_wait_ms", "GPU waiting for its host", "#fdae6b"),
+               ("bubble_ms", "pipeline bubble and waiting for peers", "#bdbdbd"))
 """The parts of ``twin.iteration.IterationBreakdown`` the split figure stacks, bottom up."""
 
 
 def split_figure(report: WhatIfReport, *, constants: str = "default constants") -> go.Figure:
-    """Per cluster and configuration, the iteration (ms) as compute, exposed communication and
-    pipeline bubble (``ccltwin predict``'s breakdown)."""
+    """Per cluster and configuration, the iteration (ms) as compute, exposed communication, host
+    wait and pipeline bubble (``ccltwin predict``'s breakdown)."""
     fig = figure("Where the iteration goes", _on(report, constants), barmode="stack", yaxis_title="ms per iteration")
     runs = [(c.cluster, kind, split) for c in report.clusters
             for kind, split in ((DEFAULT, c.breakdown), (TUNED, c.tuned_breakdown)) if split is not None]

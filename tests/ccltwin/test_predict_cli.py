@@ -43,9 +43,9 @@ def pipelined():
 
 def test_json_has_the_contract_keys_and_the_breakdown_adds_up(pipelined):
     doc = pipelined
-    assert {"iteration_ms", "compute_ms", "exposed_comm_ms", "bubble_ms", "comm_ms_by_op"} <= set(doc)
-    assert doc["iteration_ms"] == pytest.approx(doc["compute_ms"] + doc["exposed_comm_ms"] + doc["bubble_ms"],
-                                                abs=1e-3)
+    assert {"iteration_ms", "compute_ms", "exposed_comm_ms", "host_wait_ms", "bubble_ms", "comm_ms_by_op"} <= set(doc)
+    assert doc["iteration_ms"] == pytest.approx(doc["compute_ms"] + doc["exposed_comm_ms"] + doc["host_wait_ms"]
+                                                + doc["bubble_ms"], abs=1e-3)
     assert doc["compute_ms"] > 0 and doc["bubble_ms"] > 0  # two stages, four micro-batches: a bubble
     assert set(doc["comm_ms_by_op"]) == {"allreduce", "allgather", "sendrecv"}  # TP, pipeline split + gather
     assert set(doc["exposed_comm_ms_by_group"]) <= {"tp", "pp", "embedding"}
@@ -62,17 +62,20 @@ def test_a_job_smaller_than_a_node_is_placed_and_priced_on_its_gpus(pipelined):
 
 
 def test_one_stage_has_no_bubble_and_more_micro_batches_take_longer():
+    """A small model on one stage waits for its host (Python, autograd, launches), never for a peer stage."""
     one = _predict(*GPT, "--tp", "2", "--micro-batch", "2", "--global-batch", "4", "--no-tuned")
     two = _predict(*GPT, "--tp", "2", "--micro-batch", "2", "--global-batch", "8", "--no-tuned")
     assert one["bubble_ms"] < 0.02 * one["iteration_ms"]
+    assert one["host_wait_ms"] > 0.1 * one["iteration_ms"]
     assert 1.6 < two["compute_ms"] / one["compute_ms"] < 2.1
+    assert 1.6 < two["iteration_ms"] / one["iteration_ms"] < 2.1
 
 
 def test_text_output_names_every_part():
     result = runner.invoke(app, ["predict", "--topology", "dgx-h100", *GPT, "--tp", "4", "--pp", "2",
                                  "--micro-batch", "1", "--global-batch", "4", "--sequence-parallel"])
     assert result.exit_code == 0, result.output
-    for words in ("iteration", "compute", "exposed comm", "pipeline bubble", "## NCCL default", "## tuned",
+    for words in ("iteration", "compute", "exposed comm", "host wait", "pipeline bubble", "## NCCL default", "## tuned",
                   "reducescatter", "group tp", "dgx-h100:8x1"):
         assert words in result.stdout, words
 
@@ -167,7 +170,8 @@ def test_the_whatif_html_report_stacks_the_same_breakdown(tmp_path):
     trace = generate(gpt_workload(hidden=512, heads=8, layers=2, seq=256, tp=2, pp=2, micro_batch=2,
                                   global_batch=4))
     report = what_if(trace, [Candidate("dgx-a100")], tuned=False)
-    compute, exposed, bubble = split_figure(report).data
+    compute, exposed, host, bubble = split_figure(report).data
     split = report.clusters[0].breakdown
     assert list(compute.y) == [split.compute_ms] and list(bubble.y) == [split.bubble_ms]
-    assert compute.y[0] + exposed.y[0] + bubble.y[0] == pytest.approx(split.iteration_ms)
+    assert list(host.y) == [split.host_wait_ms] and host.name == "GPU waiting for its host"
+    assert compute.y[0] + exposed.y[0] + host.y[0] + bubble.y[0] == pytest.approx(split.iteration_ms)

@@ -4,10 +4,12 @@ embeddings, ZeRO stages; and every compute phase says what it is (category, shap
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 
+from tests.testdata import DATA
 from traces.generate import generate, job_flops
 from traces.generate.gpt import gpt_workload
 from traces.generate.parallelism import Parallelism
@@ -156,8 +158,23 @@ def test_zero_stages_issue_their_data_parallel_collectives(zero):
 def test_the_optimizer_step_and_gradient_clipping_are_phases_of_their_own():
     work = _gpt(dp=2, zero=1)
     events = generate(work, ranks=[0]).ranks[0].events
+    unscale = next(e for e in events if e.name == "grad-unscale")  # fp16: the loss scaler's inf check
     clip = next(e for e in events if e.name == "grad-clip")
     step = next(e for e in events if e.name == "optimizer")
-    assert step.category == "optimizer" and clip.category == "memory" and clip.id in step.after
+    assert {unscale.category, clip.category, step.category} == {"optimizer"}
+    assert unscale.id in clip.after and clip.id in step.after
+    assert unscale.mem_bytes == 8 * (step.flops // 12) and clip.mem_bytes == 12 * (step.flops // 12)
     assert step.mem_bytes == 32 * (step.flops // 12)  # sharded over the 2 data-parallel ranks
     _ = Parallelism  # the plan type these workloads carry
+
+
+def test_a_layer_launches_as_many_kernels_as_a_profiled_pre_norm_layer():
+    """Forward and backward of one layer: products, attention, norms and element-wise ops, plus
+    bias-gradient reductions, the residual branch's gradient add and one accumulation per
+    parameter tensor; torch's profiler counted 55 for a pre-norm layer (SDPA attention) on H200."""
+    rows = json.loads((DATA.parents[1] / "benchmarks" / "data" / "h200-compute.json").read_text())["floor"]
+    profiled = next(r["kernels"] for r in rows if r["what"] == "host eager layer fwd+bwd h64")
+    events = generate(_gpt(tp=2), ranks=[0]).ranks[0].events
+    layer = [e for e in events if isinstance(e, ComputeEvent) and e.name.startswith("L1.")]
+    gpt = sum(e.kernels for e in layer)
+    assert abs(gpt - profiled) <= 3, (gpt, profiled)

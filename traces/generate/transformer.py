@@ -51,9 +51,10 @@ __all__ = ["TransformerRank", "pipeline_order"]
 
 ADAM_FLOPS_PER_PARAM = 12
 ADAM_BYTES_PER_PARAM = 32  # fp32 master weight, two moments, gradient: read and written
-CLIP_BYTES_PER_PARAM = 20
-"""Loss-scale unscaling with its inf/NaN check (fp32 gradient read and written), the gradient
-norm (read) and clipping (read and written): five 4-byte passes per parameter."""
+UNSCALE_BYTES_PER_PARAM = 8
+"""fp16 loss-scale unscaling with its inf/NaN check: the fp32 gradient read and written."""
+CLIP_BYTES_PER_PARAM = 12
+"""The gradient norm (fp32 gradient read) and clipping (read and written)."""
 XENT_FWD_BYTES_PER_LOGIT = 38
 """Megatron's vocabulary-parallel cross entropy on fp32 logits: the cast (2 read, 4 written),
 max (4), subtract and exp in place (8 + 8), sum (4), softmax kept for backward (8)."""
@@ -63,6 +64,14 @@ SCORE_PASSES = (6, 10)
 """Attention without FlashAttention moves the ``batch·heads·seq_q·seq_kv`` scores through
 memory: forward written by the QK matmul, read and written by the (fused) scale-mask-softmax
 and by dropout, read by the PV matmul (6 passes); backward about 10."""
+ACCUMULATE_KERNELS = 1
+"""Kernels per parameter tensor per micro-batch that fold its new gradient into the accumulated
+one (autograd's ``AccumulateGrad``; Megatron's local DDP hook, ``_make_param_hook``:
+``param.main_grad.add_(param.grad.data)``; with ``--gradient-accumulation-fusion`` the four
+weight-gradient products accumulate into ``main_grad`` themselves): what makes a pre-norm layer
+profiled with torch launch 55 kernels forward and backward (``host eager layer fwd+bwd`` in
+``benchmarks/data/h200-compute.json``), where its products, attention, norms and element-wise
+ops alone are about 35."""
 ATTENTION_KERNELS = {"flash": (1, 3), "fused-softmax": (4, 6), "unfused": (4, 7)}
 """GPU kernels of core attention, forward and backward: FlashAttention's forward; its backward
 with the dO·O pre-pass and the dQ conversion. Fused softmax (Megatron-LM): ``baddbmm``, the
@@ -122,12 +131,18 @@ class TransformerRank:
 
     # ---- compute phases -----------------------------------------------------------------
 
-    def _gemm(self, name: str, m: int, n: int, k: int, *after: int | None) -> int:
-        """An ``m × k`` by ``k × n`` matrix multiply: ``2·m·n·k`` FLOPs, its operands read and result written."""
+    def _gemm(self, name: str, m: int, n: int, k: int, *after: int | None, kernels: int = 1) -> int:
+        """An ``m × k`` by ``k × n`` matrix multiply: ``2·m·n·k`` FLOPs, its operands read and result
+        written (``kernels``: with the bias add or gradient accumulation that follows it)."""
         return self.out.compute(
             name, 2 * m * n * k, (m * k + k * n + m * n) * self.db, *after,
-            category="gemm", shape=(m, n, k), dtype=self.model.dtype,
+            category="gemm", shape=(m, n, k), dtype=self.model.dtype, kernels=kernels,
         )
+
+    @property
+    def _norm_tensors(self) -> int:
+        """Parameter tensors of one norm: LayerNorm's weight and bias, RMSNorm's weight."""
+        return 2 if self.model.norm == "layernorm" else 1
 
     def _memory(self, name: str, nbytes: int, *after: int | None, kernels: int = 1) -> int:
         """Element-wise work (norms, activations, dropout, residual adds) bound by the bytes it moves."""
@@ -151,17 +166,20 @@ class TransformerRank:
 
     def _norm(self, name: str, backward: bool, *after: int | None) -> int:
         """LayerNorm/RMSNorm of this rank's tokens: x read, y written (backward: x, dy read, dx
-        written, and the weight gradient reduced in a second kernel)."""
+        written, the weight gradient reduced in a second kernel and accumulated, and the residual
+        branch's gradient added to the block's input gradient)."""
         elements = self.local * self.model.hidden
         if backward:
-            return self._memory(name, 3 * elements * self.db, *after, kernels=2)
+            kernels = 2 + self._norm_tensors * ACCUMULATE_KERNELS + 1
+            return self._memory(name, 3 * elements * self.db, *after, kernels=kernels)
         return self._memory(name, 2 * elements * self.db, *after)
 
     def _residual(self, name: str, backward: bool, *after: int | None) -> int:
         """Megatron's fused bias-dropout-add: x, bias and residual read, output and 1-byte mask
         written (backward: gradient and mask read, gradient written)."""
         elements = self.local * self.model.hidden
-        return self._memory(name, ((2 if backward else 3) * self.db + 1) * elements, *after)
+        bias_grad = (1 + ACCUMULATE_KERNELS) if backward and self.model.bias else 0  # reduced over tokens
+        return self._memory(name, ((2 if backward else 3) * self.db + 1) * elements, *after, kernels=1 + bias_grad)
 
     # ---- gradient units -----------------------------------------------------------------
 
@@ -283,8 +301,8 @@ class TransformerRank:
         x = self._norm(f"{label}.norm{tag}", False, prev, gathered)
         if self._sp:
             x = _last(x, self._tp(Op.ALLGATHER, f"sp-gather.{name}", x))
-        if name == "attn":
-            qkv = self._gemm(f"{label}.qkv{tag}", T, m.qkv_width // t, h, x)
+        if name == "attn":  # the column-parallel QKV adds its bias after the product (the MLP's goes into GeLU)
+            qkv = self._gemm(f"{label}.qkv{tag}", T, m.qkv_width // t, h, x, kernels=2 if m.bias else 1)
             kv = None
             if self.parallelism.cp > 1:
                 kv = self.out.collective(Op.ALLGATHER, self.kv_bytes, self.cp, m.dtype, "cp-gather.kv", qkv)
@@ -312,8 +330,9 @@ class TransformerRank:
             row, row_in, col_out = "proj", h // t, m.qkv_width // t
         else:
             row, row_in, col_out = "fc2", m.ffn // t, m.mlp_up_width // t
+        bias_grad = 1 + ACCUMULATE_KERNELS if m.bias else 0  # a column-parallel bias: reduced, accumulated
         dgrad = self._gemm(f"{label}.{row}.dgrad", T, row_in, h, x)
-        wgrad = self._gemm(f"{label}.{row}.wgrad", row_in, h, T, dgrad)
+        wgrad = self._gemm(f"{label}.{row}.wgrad", row_in, h, T, dgrad, kernels=1 + ACCUMULATE_KERNELS)
         if name == "attn":
             again = None
             if plan.recompute is Recompute.SELECTIVE:
@@ -321,12 +340,14 @@ class TransformerRank:
             inner = self._attention(f"{label}.core.bwd", True, wgrad, again)
             column = "qkv"
         else:
-            inner = self._memory(f"{label}.act.bwd", (2 * m.mlp_up_width + m.ffn) // t * T * self.db, wgrad)
-            column = "fc1"
+            inner = self._memory(f"{label}.act.bwd", (2 * m.mlp_up_width + m.ffn) // t * T * self.db, wgrad,
+                                 kernels=1 + bias_grad)
+            column, bias_grad = "fc1", 0
         dgrad = self._gemm(f"{label}.{column}.dgrad", T, h, col_out, inner)
         op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
         reduce = self._tp(op, f"{kind}.{label}.grad", dgrad)
-        wgrad = self._gemm(f"{label}.{column}.wgrad", h, col_out, T, dgrad, regather)
+        wgrad = self._gemm(f"{label}.{column}.wgrad", h, col_out, T, dgrad, regather,
+                           kernels=1 + ACCUMULATE_KERNELS + bias_grad)
         norm = self._norm(f"{label}.norm.bwd", True, _last(dgrad, reduce))
         return _last(norm, cp_grad), wgrad
 
@@ -386,7 +407,7 @@ class TransformerRank:
         dgrad = self._gemm("output.dgrad", T, h, shard, xent)
         op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
         reduce = self._tp(op, f"{kind}.output.grad", dgrad)
-        wgrad = self._gemm("output.wgrad", h, shard, T, dgrad, regather)
+        wgrad = self._gemm("output.wgrad", h, shard, T, dgrad, regather, kernels=1 + ACCUMULATE_KERNELS)
         self._grads_ready(("output",), wgrad)
         norm = self._norm("final_norm.bwd", True, _last(dgrad, reduce))
         self._grads_ready(("final_norm",), norm)
@@ -415,7 +436,8 @@ class TransformerRank:
                 )
         if first:
             grad = self._tp(Op.ALLGATHER, "sp-gather.embedding.grad", prev) if self._sp else None
-            self.backward_end = self._memory("embedding.bwd", 2 * T * h * self.db, _last(prev, grad))
+            self.backward_end = self._memory("embedding.bwd", 2 * T * h * self.db, _last(prev, grad),
+                                             kernels=1 + ACCUMULATE_KERNELS)
             self._grads_ready(("embedding",), self.backward_end)
         else:
             self.backward_end = self._send(("grad", micro_batch, chunk, self.at.pp), prev)
@@ -462,8 +484,12 @@ class TransformerRank:
             )
         params = sum(u.params for u in self.grad_units())
         shard = params if self.parallelism.zero == 0 else params // len(self.grad.ranks)
-        clip = out.compute("grad-clip", 0, CLIP_BYTES_PER_PARAM * shard, end, *waits, category="memory",
-                           dtype="float32", kernels=3)
+        if m.dtype == "float16":  # Megatron's dynamic loss scaler; bf16 runs without one
+            end = out.compute("grad-unscale", 0, UNSCALE_BYTES_PER_PARAM * shard, end, *waits,
+                              category="optimizer", dtype="float32")
+            waits = []
+        clip = out.compute("grad-clip", 0, CLIP_BYTES_PER_PARAM * shard, end, *waits, category="optimizer",
+                           dtype="float32", kernels=2)
         optimizer = out.compute("optimizer", ADAM_FLOPS_PER_PARAM * shard, ADAM_BYTES_PER_PARAM * shard, clip,
                                 category="optimizer", dtype="float32")
         gathers = []

@@ -43,9 +43,9 @@ def compute_speed(busy_sms: int, gpu: GpuSpec, params: TwinParams = DEFAULT_PARA
 
 def phase_speed(cost: PhaseCost, busy_sms: int, copying: bool, gpu: GpuSpec,
                 params: TwinParams = DEFAULT_PARAMS) -> float:
-    """Speed (1 alone) of a phase while NCCL kernels hold ``busy_sms`` SMs, ``copying`` when one of
-    them moves data; a host-bound phase keeps its host time whatever the GPU does."""
-    if cost.category == "host" or cost.us <= 0:
+    """Speed (1 alone) of a phase's GPU work while NCCL kernels hold ``busy_sms`` SMs, ``copying``
+    when one of them moves data (its host time is the host thread's: ``twin.replay``)."""
+    if cost.category == "host" or cost.gpu_us <= 0:
         return 1.0
     if cost.category in MEMORY_BOUND:
         return 1.0
@@ -56,8 +56,7 @@ def phase_speed(cost: PhaseCost, busy_sms: int, copying: bool, gpu: GpuSpec,
         gpu_speed = alone / shape_us(gpu, cost, busy_sms=busy_sms, params=params) if busy_sms else 1.0
     if copying:
         gpu_speed *= params.compute.interference.gemm_beside_copy
-    gpu_speed = max(params.compute.min_speed, gpu_speed)
-    return cost.us / max(cost.host_us, cost.gpu_us / gpu_speed)
+    return max(params.compute.min_speed, gpu_speed)
 
 
 def copy_ratio(costs: Iterable[PhaseCost], gpu: GpuSpec, params: TwinParams = DEFAULT_PARAMS) -> float:

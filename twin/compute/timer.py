@@ -14,12 +14,15 @@ took (``duration_us``).  The rules, in order:
 3. it has only a measured duration (or start and end): that duration, as measured.  When the
    trace was taken on another GPU model, or says on none, this is counted in ``kept_as_measured``.
 
-A phase then takes at least its host time: ``host_us`` when the trace knows it, else, for a
-phase the model timed (rules 1-2), ``kernels`` × ``compute.kernels.host_us_per_kernel`` (the
+A phase also has a host time: ``host_us`` when the trace knows it, else, for a phase the model
+timed (rules 1-2), ``kernels`` × ``compute.kernels.host_us_per_kernel`` ÷ ``host_speed`` (the
 framework issues kernels no faster than that, whatever the GPU does: why small models run far
-slower than their FLOPs say).  ``host`` phases have host time only.  An attention phase whose
-name says ``backward`` or ``bwd`` is timed as the backward kernel; an optimizer phase whose name
-says ``clip`` as gradient clipping, ``scale`` or ``inf`` as loss scaling, else as the step.
+slower than their FLOPs say; ``host_speed`` is the single-thread speed of the cluster's host CPU,
+``twin.host_cpu``).  Alone, a phase takes the longer of the two (``PhaseCost.us``); in a replay
+the rank's host thread pays the host time and the GPU the GPU time (``twin.replay``).  ``host`` phases have
+host time only.  An attention phase whose name says ``backward`` or ``bwd`` is timed as the
+backward kernel; an optimizer phase whose name says ``clip`` as gradient clipping, ``scale`` or
+``inf`` as loss scaling, else as the step.
 
 >>> from traces.schema import ComputeEvent
 >>> from twin.hardware import gpu_spec
@@ -78,7 +81,7 @@ class PhaseCost:
     gpu_us: float
     """GPU time alone, at full speed."""
     host_us: float
-    """Host time issuing it: the phase takes at least this long."""
+    """Host time issuing it (the replay's host thread pays it before the GPU may start the phase)."""
     category: str | None = None
     shape: tuple[int, ...] = ()
     dtype: str = DEFAULT_COMPUTE_DTYPE
@@ -139,11 +142,15 @@ class ComputeTimer:
     """Phases timed as measured on another (or an unnamed) GPU model."""
     untimed: int = 0
     """Phases with neither a duration nor FLOPs/bytes: they take no time."""
+    host_speed: float = 1.0
+    """The host CPU's single-thread speed relative to where ``host_us_per_kernel`` was measured
+    (``twin.host_cpu``): the framework's modelled host time is divided by it."""
 
     @classmethod
-    def for_trace(cls, trace: Trace, gpu: GpuSpec, params: TwinParams = DEFAULT_PARAMS) -> ComputeTimer:
+    def for_trace(cls, trace: Trace, gpu: GpuSpec, params: TwinParams = DEFAULT_PARAMS,
+                  host_speed: float = 1.0) -> ComputeTimer:
         dtype = trace.metadata.get("compute_dtype") or trace.metadata.get("dtype") or DEFAULT_COMPUTE_DTYPE
-        return cls(gpu, trace_gpu(trace), str(dtype), params)
+        return cls(gpu, trace_gpu(trace), str(dtype), params, host_speed=host_speed)
 
     def time_us(self, event: ComputeEvent) -> float:
         """The phase's time alone on ``gpu``, µs."""
@@ -175,7 +182,7 @@ class ComputeTimer:
             there = self._model(base, event, self.source)
             gpu_us = measured * gpu_us / max(there[0], event.kernels * kernels.floor_us)
         elif measured is None and host is None:
-            host = event.kernels * kernels.host_us_per_kernel
+            host = event.kernels * kernels.host_us_per_kernel / self.host_speed
         return replace(base, gpu_us=gpu_us, host_us=host or 0.0, hbm_bytes=hbm)
 
     def _model(self, base: PhaseCost, event: ComputeEvent, gpu: GpuSpec) -> tuple[float, float | None] | None:

@@ -3,8 +3,9 @@
 Per rank, *compute* is the time at least one compute phase runs, *comm* the time at least
 one NCCL kernel is resident (from the moment the rank launches it, waiting for late peers
 included, to its end), and *exposed comm* the part of comm during which no compute runs:
-what communication adds to the iteration.  All three are per iteration (totals over the
-trace divided by its iteration count), as is the iteration time.
+what communication adds to the iteration, and *host wait* the time the GPU runs nothing because
+the rank's host thread has not yet issued work that is otherwise ready.  All four are per
+iteration (totals over the trace divided by its iteration count), as is the iteration time.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from tuner.config import Config
 
 @dataclass(frozen=True)
 class RankTimes:
-    """One rank's per-iteration compute, communication and exposed communication (µs)."""
+    """One rank's per-iteration compute, communication, exposed communication and host wait (µs)."""
 
     rank: int
     compute_us: float
     comm_us: float
     exposed_comm_us: float
+    host_wait_us: float = 0.0
+    """Time the rank's GPU runs nothing because its host has not yet issued the next ready work."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,11 @@ class ReplayResult:
         return self._mean("exposed_comm_us")
 
     @property
+    def host_wait_us(self) -> float:
+        """Per-iteration time the GPU idles waiting for its host, mean over the ranks replayed."""
+        return self._mean("host_wait_us")
+
+    @property
     def comm_share(self) -> float:
         """Share of the iteration during which communication kernels run."""
         return self.comm_us / self.mean_iteration_us if self.mean_iteration_us else 0.0
@@ -114,10 +122,11 @@ class ReplayResult:
             "iteration_us": round(self.mean_iteration_us, 3),
             "iterations_us": [round(t, 3) for t in self.iteration_us],
             "compute_us": round(self.compute_us, 3), "comm_us": round(self.comm_us, 3),
-            "exposed_comm_us": round(self.exposed_comm_us, 3),
+            "exposed_comm_us": round(self.exposed_comm_us, 3), "host_wait_us": round(self.host_wait_us, 3),
             "comm_share": round(self.comm_share, 4), "exposed_share": round(self.exposed_share, 4),
             "ranks": [{"rank": r.rank, "compute_us": round(r.compute_us, 3), "comm_us": round(r.comm_us, 3),
-                       "exposed_comm_us": round(r.exposed_comm_us, 3)} for r in self.ranks],
+                       "exposed_comm_us": round(r.exposed_comm_us, 3), "host_wait_us": round(r.host_wait_us, 3)}
+                      for r in self.ranks],
             "tasks": [t.as_dict() for t in self.tasks],
             "notes": list(self.notes),
         }

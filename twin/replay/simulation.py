@@ -13,6 +13,18 @@ data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they l
 network and nothing waits for them.  SendRecv calls pair the k-th call
 of a rank naming a peer with the k-th of the peer naming it.
 
+Each rank's *host thread* (``_Replay._host``) issues the rank's events in trace order, each
+after its host time (``PhaseCost.host_us``: Python, autograd, the kernel launch), and a stream
+starts an event no earlier than the host issued it; the GPU then takes ``PhaseCost.gpu_us``.  So
+a host runs ahead during long kernels and falls behind on short ones, and the GPU idles waiting
+for it (*host wait*).  The host blocks where the framework synchronises with the GPU
+(``blocks_host``): Megatron reads the loss-scale overflow flag and the gradient norm with
+``.item()`` (``optimizer`` phases of kind ``scale`` and ``clip``) and ends each iteration reading
+the reduced loss (the host waits for the rank's whole iteration).  Megatron also synchronises the
+device after each pipeline exchange (``p2p_communication._communicate``); that is not modelled:
+a trace orders its SendRecvs per stream (the generator's interleaved schedule per neighbour),
+not in the one host order that blocking there needs, so blocking would deadlock such traces.
+
 Each call moves its bytes through the fluid network as one lumped transfer
 (``twin.des.engine``), so calls that overlap share links and NICs; compute phases are
 linkless transfers whose speed communication kernels on the same GPU lower, and compute
@@ -32,6 +44,7 @@ from traces.task import Op, Task
 from tuner.config import Config
 from tuner.plan import Plan
 from twin.compute import ComputeTimer, PhaseCost, copy_ratio, phase_speed
+from twin.compute.shapes import optimizer_kind
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
@@ -81,7 +94,7 @@ class _Replay:
         self.configs = configs
         self.gpu = cluster.gpu
         self.params = placement.params
-        self.timer = ComputeTimer.for_trace(trace, self.gpu, self.params)
+        self.timer = ComputeTimer.for_trace(trace, self.gpu, self.params, cluster.host_cpu.single_thread)
         self.env = simpy.Environment()
         self.net = FluidNetwork(self.env)
         self.present = {r.rank for r in trace.ranks}
@@ -93,6 +106,9 @@ class _Replay:
         self.call_log: list[tuple[_Call, float]] = []  # (call, its end)
         self.unsized = 0
         self.shadow_of: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.issued_at: dict[tuple[int, int], float] = {}  # (rank, event id) -> when its host issued it
+        self.awaiting_host: dict[tuple[int, int], simpy.Event] = {}  # streams waiting for an issue
+        self.costs: dict[tuple[int, int], PhaseCost] = {}
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -104,6 +120,7 @@ class _Replay:
             keys = _call_keys(rank.rank, rank.events)
             for events in streams.values():
                 self.env.process(self._stream(rank.rank, events, keys))
+            self.env.process(self._host(rank.rank, rank.events))
         self.env.run()
         self._check_finished()
 
@@ -114,6 +131,7 @@ class _Replay:
                 yield waits[0]
             elif waits:
                 yield simpy.AllOf(self.env, waits)
+            yield from self._await_issue(rank, event)
             start = self.env.now
             if isinstance(event, ComputeEvent):
                 yield from self._compute(rank, event)
@@ -126,11 +144,11 @@ class _Replay:
             self.done[(rank, event.id)].succeed()
 
     def _compute(self, rank: int, event: ComputeEvent):
-        cost = self.timer.cost(event)
-        if cost.us <= 0:
+        cost = self.costs.pop((rank, event.id))  # the host thread has paid its host_us
+        if cost.gpu_us <= 0:
             return
         gpu = self.gpus[rank]
-        phase = self.net.start(cost.us * WORK_UNITS_PER_US, (),
+        phase = self.net.start(cost.gpu_us * WORK_UNITS_PER_US, (),
                                phase_speed(cost, gpu.busy_sms, bool(gpu.calls), self.gpu, self.params))
         gpu.computes[phase] = cost
         self._recap_calls(gpu)
@@ -153,6 +171,51 @@ class _Replay:
             self.env.process(self._run_call(call))
         yield call.done
         self._hold_sms(gpu, -sms)
+
+    # ---- host thread ---------------------------------------------------------------------
+
+    def _host(self, rank: int, events: list):
+        """Issue the rank's events in order, each ``host_us`` after the one before, blocking where
+        the framework synchronises with the GPU (``blocks_host``) and at each iteration's end.
+
+        Issue times are set a stretch at a time (up to the next block), so an event costs the
+        host no SimPy event of its own; a stream that reaches an event not yet set waits."""
+        now, pending, syncs, first = self.env.now, [], [], 0
+        for i, event in enumerate(events):
+            key = (rank, event.id)
+            if isinstance(event, ComputeEvent):
+                self.costs[key] = cost = self.timer.cost(event)
+                now += cost.host_us
+            self.issued_at[key] = now
+            pending.append(key)
+            if blocks_host(event):
+                syncs.append(self.done[key])
+            last = i + 1 == len(events) or events[i + 1].iteration != event.iteration
+            if last or syncs:
+                for waiting in pending:
+                    if waiting in self.awaiting_host:
+                        self.awaiting_host.pop(waiting).succeed()
+                pending = []
+                if now > self.env.now:
+                    yield self.env.timeout(now - self.env.now)
+                if last:
+                    syncs = [self.done[(rank, e.id)] for e in events[first:i + 1]]
+                    first = i + 1
+                yield simpy.AllOf(self.env, [ev for ev in syncs if not ev.processed])
+                syncs = []
+                now = self.env.now
+
+    def _await_issue(self, rank: int, event):
+        """Wait until the host has issued ``event``; the GPU's wait for it is logged as host wait."""
+        key, ready = (rank, event.id), self.env.now
+        if key not in self.issued_at:
+            self.awaiting_host[key] = self.env.event()
+            yield self.awaiting_host[key]
+        issued = self.issued_at.pop(key)
+        if issued > self.env.now:
+            yield self.env.timeout(issued - self.env.now)
+        if self.env.now > ready:
+            self.intervals[rank]["host"].append((ready, self.env.now))
 
     # ---- calls ---------------------------------------------------------------------------
 
@@ -249,8 +312,11 @@ class _Replay:
         for rank in sorted(self.present):
             computes[rank] = compute = union(self.intervals[rank]["compute"])
             comm = union(self.intervals[rank]["comm"])
+            waits = union(self.intervals[rank]["host"])
+            gpu_busy = union(compute + comm)
             ranks.append(RankTimes(rank, length(compute) / n, length(comm) / n,
-                                   (length(comm) - overlap(comm, compute)) / n))
+                                   (length(comm) - overlap(comm, compute)) / n,
+                                   (length(waits) - overlap(waits, gpu_busy)) / n))
         return ReplayResult(identity, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n, computes),
                             tuple(self._notes()))
 
@@ -292,6 +358,20 @@ class _Replay:
                          f"to reach each shared call in time; {len(self.shadow_of)} group(s) of absent ranks sharing "
                          "nodes with replayed calls load the network beside them")
         return notes
+
+
+def blocks_host(event) -> bool:
+    """Whether the host waits for ``event`` to finish before issuing the next one (the module
+    docstring says where Megatron synchronises): a loss-scale check or a gradient clip.
+
+    >>> from traces.schema import ComputeEvent
+    >>> blocks_host(ComputeEvent(0, "clip_grad_norm", category="optimizer"))
+    True
+    >>> blocks_host(ComputeEvent(1, "optimizer.step", category="optimizer")), blocks_host(ComputeEvent(2, "qkv"))
+    (False, False)
+    """
+    return (isinstance(event, ComputeEvent) and event.category == "optimizer"
+            and optimizer_kind(event.name) in ("clip", "scale"))
 
 
 def _call_keys(rank: int, events) -> dict[int, tuple]:

@@ -44,7 +44,7 @@ def _add_node(graph: nx.Graph, node: NodeSpec, host: int, fabric: str) -> None:
     prefix = f"n{host}/"
     cpus = [f"{prefix}cpu{s}" for s in range(node.sockets)]
     for s, cpu in enumerate(cpus):
-        graph.add_node(cpu, kind=CPU, host=host, socket=s, vendor=node.cpu_vendor)
+        graph.add_node(cpu, kind=CPU, host=host, socket=s, vendor=node.cpu_vendor, model=node.cpu_model)
     for i, a in enumerate(cpus):
         for b in cpus[i + 1:]:
             graph.add_edge(a, b, kind=CPU_LINK, bw=node.socket_link_bw, lat_us=lat["cpu"], nlinks=1)

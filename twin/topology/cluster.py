@@ -19,6 +19,7 @@ import networkx as nx
 
 from tuner.identity import cluster_identity
 from twin.hardware import DEFAULT_FABRIC_KIND, FabricKind, GpuSpec, TopologyError, fabric_kind, gpu_spec
+from twin.host_cpu import HostCpu, host_cpu
 from twin.topology.graph import (
     CPU,
     CPU_LINK,
@@ -145,6 +146,13 @@ class Cluster:
         """The CPU vendor of the first socket (``unknown`` when not described)."""
         cpus = self._by_kind.get(CPU, [])
         return self.graph.nodes[cpus[0]].get("vendor", "unknown") if cpus else "unknown"
+
+    @property
+    def host_cpu(self) -> HostCpu:
+        """The host CPU model of the first socket (``twin.host_cpu``; the reference when not
+        described), whose single-thread speed paces the framework's host thread."""
+        cpus = self._by_kind.get(CPU, [])
+        return host_cpu(self.graph.nodes[cpus[0]].get("model", "unknown") if cpus else "unknown")
 
     def gpus(self) -> list[str]:
         """All GPUs in global rank order: node-major, local index minor."""

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from twin.hardware import CPU_VENDORS, DEFAULT_FABRIC_KIND, FABRIC_KINDS, TopologyError, gpu_spec, socket_link_gbps
+from twin.host_cpu import host_cpu
 
 MAX_GPUS = 131_072
 """The most GPUs one cluster description may have (2**17). The largest NCCL jobs published run
@@ -63,6 +64,8 @@ class NodeSpec:
     """Direct NVLink bundles ``(gpu_a, gpu_b, links)``."""
     sockets: int = 1
     cpu_vendor: str = "unknown"
+    cpu_model: str = "unknown"
+    """Host CPU model (``twin.host_cpu``): how fast its cores run the framework's host thread."""
     socket_link_bw: float = 10.0
     """GB/s per direction between two sockets."""
     pcie_gen: int = 4
@@ -278,7 +281,7 @@ def _parse_node(sec: _Section) -> NodeSpec:
         raise sec.error(str(err), "gpu") from None
     gpus = sec.int("gpus", low=1)
     nvswitch_links, pairs = _parse_nvlink(sec.section("nvlink"), gpu.nvlinks, gpus)
-    sockets, vendor, link_bw = _parse_cpu(sec.section("cpu"))
+    sockets, vendor, cpu_model, link_bw = _parse_cpu(sec.section("cpu"))
     nic_gbps = _parse_nics(sec.section("nics"))
     pcie = sec.section("pcie", required=True)
     gen = pcie.int("gen", gpu.pcie_gen, low=1)
@@ -294,7 +297,7 @@ def _parse_node(sec: _Section) -> NodeSpec:
     sec.done()
     return NodeSpec(gpu=gpu.model, gpus=gpus, switches=switches, root_ports=root_ports, nic_gbps=nic_gbps,
                     nvswitch_links=nvswitch_links, nvlink_pairs=pairs, sockets=sockets, cpu_vendor=vendor,
-                    socket_link_bw=link_bw, pcie_gen=gen, pcie_lanes=lanes, latency_us=latency)
+                    cpu_model=cpu_model, socket_link_bw=link_bw, pcie_gen=gen, pcie_lanes=lanes, latency_us=latency)
 
 
 def _parse_nvlink(sec: _Section | None, model_links: int, gpus: int) -> tuple[int, tuple]:
@@ -318,16 +321,22 @@ def _parse_nvlink(sec: _Section | None, model_links: int, gpus: int) -> tuple[in
     return (links if nvswitch else 0), tuple(pairs)
 
 
-def _parse_cpu(sec: _Section | None) -> tuple[int, str, float]:
+def _parse_cpu(sec: _Section | None) -> tuple[int, str, str, float]:
     if sec is None:
-        return 1, "unknown", socket_link_gbps("unknown")
+        return 1, "unknown", "unknown", socket_link_gbps("unknown")
     sockets = sec.int("sockets", 1, low=1)
     vendor = sec.str("vendor", "unknown")
     if vendor not in CPU_VENDORS:
         raise sec.error(f"unknown CPU vendor {vendor!r} (known: {', '.join(CPU_VENDORS)})", "vendor")
+    model = sec.str("model", "unknown")
+    if model != "unknown":
+        try:
+            model = host_cpu(model).model
+        except TopologyError as err:
+            raise sec.error(str(err), "model") from None
     link_bw = sec.number("link_bw", socket_link_gbps(vendor), positive=True)
     sec.done()
-    return sockets, vendor, link_bw
+    return sockets, vendor, model, link_bw
 
 
 def _parse_nics(sec: _Section | None) -> tuple[float, ...]:
@@ -433,7 +442,8 @@ def _dump(spec: ClusterSpec) -> dict[str, Any]:
         body["nvlink"] = {"nvswitch": True, "links": node.nvswitch_links}
     elif node.nvlink_pairs:
         body["nvlink"] = {"pairs": [list(p) for p in node.nvlink_pairs]}
-    body["cpu"] = {"sockets": node.sockets, "vendor": node.cpu_vendor, "link_bw": node.socket_link_bw}
+    body["cpu"] = {"sockets": node.sockets, "vendor": node.cpu_vendor, "model": node.cpu_model,
+                   "link_bw": node.socket_link_bw}
     body["pcie"] = {"gen": node.pcie_gen, "lanes": node.pcie_lanes,
                     "switches": [_dump_group(g) for g in node.switches],
                     "root_ports": [_dump_group(g) for g in node.root_ports]}

@@ -48,6 +48,8 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
         "gpu_pcie_gbps": edge_bw(PCIE, [gpu0]),
         "sockets_per_node": len(local_kind(CPU)),
         "cpu_vendor": cluster.cpu_vendor,
+        "host_cpu": next((graph.nodes[c].get("model", "unknown") for c in local_kind(CPU)), "unknown"),
+        "host_cpu_single_thread": round(cluster.host_cpu.single_thread, 3),
         "socket_link_gbps": edge_bw(CPU_LINK, local_kind(CPU)),
         "nics_per_node": cluster.nics_per_node,
         "fabric_kind": cluster.fabric.name,
@@ -135,6 +137,8 @@ def format_summary(facts: dict[str, Any]) -> str:
         f"  PCIe       {facts['gpu_pcie_gbps']:g} GB/s per GPU link, "
         f"{facts['pcie_switches_per_node']} switches, {facts['sockets_per_node']} × {facts['cpu_vendor']} CPU"
         + (f" ({facts['socket_link_gbps']:g} GB/s between sockets)" if facts["socket_link_gbps"] else ""),
+        f"  host CPU   {facts['host_cpu']} (single thread {facts['host_cpu_single_thread']:g} × the H200 host's, "
+        "which paces the framework's host time)",
         f"  NICs       {facts['nics_per_node']} per node"
         + (f" at {'/'.join(f'{r:g}' for r in rates)} Gb/s" if rates else ""),
         f"  NIC kind   {_kind_line(facts['fabric_kind'])}",
