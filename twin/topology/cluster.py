@@ -38,7 +38,7 @@ MAX_CHANNELS = 64
 """NCCL's ``MAXCHANNELS``: how many channels ``channel_nics`` asks each GPU about."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hop:
     """One directed traversal of an edge: ``bw`` GB/s and ``lat_us`` µs of its link."""
 
