@@ -10,7 +10,9 @@ be there already) and ends for all members at once.  A trace that keeps one repr
 rank per role leaves out ranks that would make the same calls at the same time on shifted
 groups; those calls that share a node with a call replayed here (the seven other
 data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they load the
-network and nothing waits for them.  SendRecv calls pair the k-th call
+network and nothing waits for them.  A shadow that does not end with the call it copies (its
+ranks sit on other NIC or PCIe paths) breaks that symmetry, and the result's notes say so.
+SendRecv calls pair the k-th call
 of a rank naming a peer with the k-th of the peer naming it.
 
 Each call moves its bytes through the fluid network as one lumped transfer
