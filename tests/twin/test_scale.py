@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traces.generate import generate
+from traces.generate.gpt import gpt_workload
 from tuner.config import Proto
 from twin.des import FluidNetwork
 from twin.model.geometry import CommGeometry, LinkUse, _Load
 from twin.nccl_model.search import _host_nodes
+from twin.placement import cluster_for
+from twin.replay import replay
 from twin.replay.result import covered, union
 from twin.topology import load_cluster
 
@@ -131,3 +136,55 @@ def test_channel_loads_asked_in_any_order_equal_those_built_channel_by_channel()
         if channel + 1 in loads:
             assert loads[channel + 1].uses == built.uses
             assert loads[channel + 1].links(Proto.SIMPLE, asked.params) == built.links(Proto.SIMPLE, plain.params)
+
+
+plans = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2]),
+                  st.sampled_from([1, 2]), st.booleans()).filter(lambda p: 4 <= p[0] * p[1] * p[2] <= 32)
+
+
+@settings(max_examples=12, deadline=None)
+@given(plans, st.sampled_from([("dgx-h100", None), ("dgx-a100", 2), ("dgx-a100", None)]))
+def test_one_representative_rank_per_role_replays_as_every_rank_does(plan, topology):
+    """Symmetry: ranks that differ only in their TP or DP coordinate do the same work, so a trace of
+    one per pipeline stage (their calls on shifted groups loading shared NICs as shadows) predicts
+    what the trace of every rank predicts."""
+    tp, dp, pp, micro_batches, sequence_parallel = plan
+    work = gpt_workload(hidden=256, heads=8, layers=2 * pp, seq=128, tp=tp, dp=dp, pp=pp, micro_batch=1,
+                        global_batch=micro_batches * dp, sequence_parallel=sequence_parallel and tp > 1,
+                        dtype="bfloat16")
+    every, kept = generate(work, ranks="all"), generate(work)
+    assert len(kept.ranks) == pp < len(every.ranks)
+    name, nics = topology
+    cluster = cluster_for(every, name, nics_per_node=nics)
+    whole, some = replay(every, cluster), replay(kept, cluster)
+    unlike = any("run their calls unlike the ranks that stand for them" in note for note in some.notes)
+    if unlike:  # exact, or the replay says that the ranks it leaves out run otherwise
+        return
+    assert some.mean_iteration_us == pytest.approx(whole.mean_iteration_us, rel=1e-9)
+    assert some.exposed_comm_us == pytest.approx(whole.exposed_comm_us, rel=1e-9, abs=1e-6)
+    assert some.compute_us == pytest.approx(whole.compute_us, rel=1e-9)
+    assert _mean_call_times(some) == pytest.approx(_mean_call_times(whole), rel=1e-9)
+
+
+def _mean_call_times(result) -> dict:
+    """Mean time of a call by (op, bytes, ranks), over the groups that make such calls."""
+    sums: dict[tuple, list[float]] = {}
+    for t in result.tasks:
+        total = sums.setdefault((t.task.op, t.task.nbytes, t.task.nranks), [0.0, 0.0])
+        total[0] += t.time_us * t.calls_per_iteration
+        total[1] += t.calls_per_iteration
+    return {key: time / calls for key, (time, calls) in sums.items()}
+
+
+def test_ranks_placed_unlike_their_representative_are_named():
+    """Two NICs on a DGX A100 node: GPU 0 of the first stage reaches its NIC through its own PCIe
+    switch, four of the seven shifted copies of its calls take longer paths (the other NIC's), so
+    the trace of every rank runs longer (15,433 µs against 13,072 µs) and the replay of one rank
+    per stage says so."""
+    work = gpt_workload(hidden=256, heads=8, layers=4, seq=128, dp=8, pp=2, global_batch=8, dtype="bfloat16")
+    every, kept = generate(work, ranks="all"), generate(work)
+    cluster = cluster_for(every, "dgx-a100", nics_per_node=2)
+    whole, some = replay(every, cluster), replay(kept, cluster)
+    assert some.mean_iteration_us < 0.9 * whole.mean_iteration_us
+    assert any("group(s) of absent ranks run their calls unlike" in note for note in some.notes)
+    assert not any("unlike" in note for note in whole.notes)

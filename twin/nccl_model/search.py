@@ -65,9 +65,13 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
     env = cluster.fabric.env if inter else {}
     nvls_enable = nvls_enable and env.get("NCCL_NVLS_ENABLE") != "0"
     per_host = []
+    signatures: dict[tuple, tuple] = {}  # hosts of one shape (``Cluster.host_shape``) with the same GPUs look alike
     for host, gpus in hosts.items():
-        key = (_host_signature(graph, host, gpus), inter, sm, vendor, max_channels, release.search_speeds,
-               release.sm80_nvlink_bw)
+        shape = cluster.host_shape(host)
+        alike = (shape, tuple(sorted(g.split("/", 1)[-1] for g in gpus))) if shape is not None else (host,)
+        if alike not in signatures:
+            signatures[alike] = _host_signature(graph, host, gpus)
+        key = (signatures[alike], inter, sm, vendor, max_channels, release.search_speeds, release.sm80_nvlink_bw)
         if key not in _SEARCHES:  # identical hosts (and repeated calls) search alike
             if len(_SEARCHES) >= _CACHE_SIZE:
                 _SEARCHES.pop(next(iter(_SEARCHES)))

@@ -120,6 +120,8 @@ class Placement:
         self._timed: dict[tuple, Timed] = {}
         self._schedules: dict[tuple, Schedule] = {}
         self._siblings: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        self._present: set[int] | None = None
+        self._hosts: list[int] = []  # of every rank, once siblings are asked for
 
     def member_gpus(self, members: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(self.gpus[r] for r in members)
@@ -181,11 +183,14 @@ class Placement:
         node with them: the calls that ranks left out of the trace make at the same time on the
         same NICs (the other data-parallel groups of a node, when one rank per stage is kept)."""
         if members not in self._siblings:
-            present = {r.rank for r in self.trace.ranks}
-            hosts = {self.cluster.host_of(self.gpus[r]) for r in members}
+            if self._present is None:
+                self._present = {r.rank for r in self.trace.ranks}
+                self._hosts = [self.cluster.host_of(gpu) for gpu in self.gpus]
+            host = self._hosts
+            hosts = {host[r] for r in members}
             self._siblings[members] = [
                 copy for copy in translations(members, self.trace.world_size)
-                if present.isdisjoint(copy) and not hosts.isdisjoint(self.cluster.host_of(self.gpus[r]) for r in copy)
+                if self._present.isdisjoint(copy) and not hosts.isdisjoint([host[r] for r in copy])
             ]
         return self._siblings[members]
 

@@ -10,7 +10,9 @@ be there already) and ends for all members at once.  A trace that keeps one repr
 rank per role leaves out ranks that would make the same calls at the same time on shifted
 groups; those calls that share a node with a call replayed here (the seven other
 data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they load the
-network and nothing waits for them.  SendRecv calls pair the k-th call
+network and nothing waits for them.  A shadow that does not end with the call it copies (its
+ranks sit on other NIC or PCIe paths) breaks that symmetry, and the result's notes say so.
+SendRecv calls pair the k-th call
 of a rank naming a peer with the k-th of the peer naming it.
 
 Each rank's *host thread* (``_Replay._host``) issues the rank's events in trace order, each
@@ -109,6 +111,7 @@ class _Replay:
         self.issued_at: dict[tuple[int, int], float] = {}  # (rank, event id) -> when its host issued it
         self.awaiting_host: dict[tuple[int, int], simpy.Event] = {}  # streams waiting for an issue
         self.costs: dict[tuple[int, int], PhaseCost] = {}
+        self.unlike: set[tuple[int, ...]] = set()
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -240,13 +243,16 @@ class _Replay:
             s = call.timed.schedule
             yield self.env.timeout(float(s.launch_us))
             call.transfer = self.net.start(lumped_bytes(s), s.links, self._call_cap(call))
+            shadows = []
             for copy in self._shadows(call):
                 shadow = self.placement.schedule(copy, call.task, call.timed.config)
-                self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow))
+                shadows.append((copy, self._shadow_end(
+                    self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow)))))
             for r in call.present:
                 self.gpus[r].calls.append(call)
                 self._recap_phases(self.gpus[r])
             yield call.transfer.done
+            self._compare(call, shadows)
             for r in call.present:
                 self.gpus[r].calls.remove(call)
                 self._recap_phases(self.gpus[r])
@@ -265,6 +271,20 @@ class _Replay:
             if self.shadow_of.setdefault(copy, call.members) == call.members:
                 mine.append(copy)
         return mine
+
+    def _shadow_end(self, transfer: Transfer) -> list[float]:
+        """A list that holds the transfer's end time once it ends."""
+        end: list[float] = []
+        transfer.done.callbacks.append(lambda _event: end.append(self.env.now))
+        return end
+
+    def _compare(self, call: _Call, shadows: list[tuple[tuple[int, ...], list[float]]]) -> None:
+        """Note the shadows that did not end with the call they copy: ranks left out of the trace
+        whose calls run unlike their representatives' (other NIC or PCIe paths, other sharing)."""
+        slack = 1e-9 * (self.env.now - call.began_us) + 1e-6
+        for copy, end in shadows:
+            if not end or abs(end[0] - self.env.now) > slack:
+                self.unlike.add(copy)
 
     def _call_cap(self, call: _Call) -> float:
         ratio = min(copy_ratio(self.gpus[r].computes.values(), self.gpu, self.params) for r in call.present)
@@ -357,6 +377,10 @@ class _Replay:
             notes.append(f"{len(self.present)} of {self.trace.world_size} ranks in the trace: the others are assumed "
                          f"to reach each shared call in time; {len(self.shadow_of)} group(s) of absent ranks sharing "
                          "nodes with replayed calls load the network beside them")
+        if self.unlike:
+            notes.append(f"{len(self.unlike)} group(s) of absent ranks run their calls unlike the ranks that stand for "
+                         "them (other NIC or PCIe paths, other sharing): the prediction holds for the ranks in the "
+                         "trace; replay a trace of every rank for the others")
         return notes
 
 

@@ -39,7 +39,7 @@ MAX_CHANNELS = 64
 """NCCL's ``MAXCHANNELS``: how many channels ``channel_nics`` asks each GPU about."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hop:
     """One directed traversal of an edge: ``bw`` GB/s and ``lat_us`` µs of its link."""
 
@@ -94,12 +94,18 @@ class Cluster:
                          for kind, nodes in by_kind.items()}
         self._by_host = {key: sorted(nodes, key=self._rank_key) for key, nodes in by_host.items()}
         self._gpus = self._by_kind[GPU]
+        self._gpu_host = {gpu: self.graph.nodes[gpu]["host"] for gpu in self._gpus}
         self._switch_links = {n: {m for m in self.graph[n] if kind_of(self.graph, m) == SWITCH
                                   and self.graph.edges[n, m]["kind"] == NET}
                               for n in self._by_kind.get(SWITCH, [])}
         self._nic_of: dict[str, str] = {}
         self._routes: dict[tuple[str, str, str], list[Hop]] = {}
-        self._pcie: dict[tuple[str, str], list[str]] = {}
+        self._pcie: dict[tuple, list[str]] = {}  # by (src, dst), or by (host shape, local names)
+        self._local: dict[str, list[str]] = {}
+        self._host_parts: dict[int, list[str]] | None = None
+        self._shapes: dict[str, int] = {}
+        self._shape_of: dict[int, int | None] = {}
+        self._nets: dict[tuple[int, tuple[str, ...]], list[str]] = {}
 
     def __repr__(self) -> str:
         return (f"Cluster({self.name!r}: {self.nodes} × {self.gpus_per_node} {self.gpu_model}, "
@@ -163,7 +169,8 @@ class Cluster:
         return list(self._by_kind.get(NIC, []) if host is None else self._by_host.get((NIC, host), []))
 
     def host_of(self, gpu: str) -> int:
-        return self.graph.nodes[self._check_gpu(gpu)]["host"]
+        host = self._gpu_host.get(gpu)
+        return self.graph.nodes[self._check_gpu(gpu)]["host"] if host is None else host
 
     def cpu_of(self, gpu: str) -> str:
         """The socket whose root complex the GPU hangs off (fewest PCIe hops)."""
@@ -262,7 +269,9 @@ class Cluster:
         """The NICs NCCL counts as local to ``gpu`` (``ncclTopoGetLocal`` from a GPU to the
         network): the widest path first, then the nearest kind of path (one PCIe switch, several,
         a CPU's root complex, across CPUs); in NIC order."""
-        return self._nearest(self._check_gpu(gpu), self.nics(self.host_of(gpu)))
+        if gpu not in self._local:
+            self._local[gpu] = self._nearest(self._check_gpu(gpu), self.nics(self.host_of(gpu)))
+        return list(self._local[gpu])
 
     def channel_nic(self, gpu: str, channel: int, gpus: list[str]) -> str:
         """The NIC channel ``channel`` of ``gpu`` prefers, when ``gpus`` (its host's GPUs of the
@@ -272,13 +281,18 @@ class Cluster:
         GPUs local to those NICs, bit-mirrored when the NICs are a power of two) and, when there
         are more local NICs than GPUs, successive channels take the next ones.
         """
+        nics, net, per_gpu = self._net_start(gpu, gpus)
+        return nics[(net + channel % per_gpu) % len(nics)]
+
+    def _net_start(self, gpu: str, gpus: list[str]) -> tuple[list[str], int, int]:
+        """``channel_nic``'s choice: (the GPU's local NICs, the entry channel 0 takes, channels per NIC)."""
         nics = self.local_nics(gpu)
         local_gpus = self._nearest(nics[0], gpus)
         per_gpu = -(-len(nics) // max(len(local_gpus), 1))
         net = self.graph.nodes[gpu]["local"] % max(len(local_gpus), 1)
         if len(nics) & (len(nics) - 1) == 0:
             net = _mirror_bits(net, len(nics))
-        return nics[(net + channel % per_gpu) % len(nics)]
+        return nics, net, per_gpu
 
     def channel_nics(self, gpus: list[str]) -> list[str]:
         """The NICs the channels of a communicator use on one host, channel ``c`` on entry
@@ -287,18 +301,57 @@ class Cluster:
         ``ncclTopoSelectNets``, whose list the channel search walks from entry ``c``.
 
         On a DGX H100 a communicator of GPU 5 alone (one GPU per node, as data-parallel groups
-        are) uses NIC 5 only; all eight GPUs use NICs 0-7, one per channel in turn.
+        are) uses NIC 5 only; all eight GPUs use NICs 0-7, one per channel in turn.  Hosts built
+        alike (``host_shape``) answer alike: the choice is worked out once per shape and GPU set.
         """
+        host = self.host_of(gpus[0])
+        shape = self.host_shape(host)
+        if shape is None:
+            return self._select_nets(gpus)
+        cut = len(f"n{host}/")
+        key = (shape, tuple(sorted(g[cut:] for g in gpus)))
+        if key not in self._nets:
+            self._nets[key] = [nic[cut:] for nic in self._select_nets(gpus)]
+        return [f"n{host}/{nic}" for nic in self._nets[key]]
+
+    def _select_nets(self, gpus: list[str]) -> list[str]:
         out: list[str] = []
         for gpu in sorted(gpus, key=self._rank_key):
-            first = self.channel_nic(gpu, 0, gpus)
-            for channel in range(MAX_CHANNELS):
-                nic = self.channel_nic(gpu, channel, gpus)
-                if channel and nic == first:
-                    break
+            nics, net, per_gpu = self._net_start(gpu, gpus)
+            for channel in range(min(per_gpu, MAX_CHANNELS)):
+                nic = nics[(net + channel) % len(nics)]
                 if nic not in out:
                     out.append(nic)
         return out
+
+    def host_shape(self, host: int) -> int | None:
+        """An id shared by hosts whose parts are the same under renaming ``n{host}/x`` to
+        ``n{other}/x`` (same nodes, attributes and links inside the host); None when the host's
+        nodes are not named so.  The hosts of a preset share one.
+
+        >>> from twin.topology import load_cluster
+        >>> c = load_cluster("dgx-h100", nodes=3)
+        >>> c.host_shape(0) == c.host_shape(2) != None
+        True
+        """
+        if host not in self._shape_of:
+            if self._host_parts is None:
+                self._host_parts = {}
+                for node, data in self.graph.nodes(data=True):
+                    if "host" in data:
+                        self._host_parts.setdefault(data["host"], []).append(node)
+            prefix = f"n{host}/"
+            nodes = self._host_parts.get(host, [])
+            if not all(n.startswith(prefix) for n in nodes):
+                self._shape_of[host] = None
+            else:
+                cut, inside = len(prefix), set(nodes)
+                parts = sorted((n[cut:], repr(sorted((k, v) for k, v in self.graph.nodes[n].items() if k != "host")))
+                               for n in nodes)
+                links = [(n[cut:], [(m[cut:], repr(sorted(d.items()))) for m, d in self.graph[n].items()
+                                    if m in inside]) for n in sorted(nodes)]  # in the order searches visit them
+                self._shape_of[host] = self._shapes.setdefault(repr(parts + links), len(self._shapes))
+        return self._shape_of[host]
 
     def shm_route(self, src_gpu: str, dst_gpu: str) -> list[Hop]:
         """Same host, staged through host memory: GPU → PCIe → the source GPU's CPU → PCIe → GPU."""
@@ -369,6 +422,19 @@ class Cluster:
         return _bfs(self.graph, src, (PCIE, CPU_LINK), (PCIE_SWITCH, CPU), set(targets), stop)
 
     def _pcie_path(self, src: str, dst: str) -> list[str]:
+        """The fewest-hop PCIe path inside a host, found once per host shape (``host_shape``)."""
+        host = self.graph.nodes[src].get("host")
+        shape = None if host is None else self.host_shape(host)
+        prefix = f"n{host}/"
+        if shape is not None and dst.startswith(prefix) and src.startswith(prefix):
+            cut = len(prefix)
+            key = (shape, src[cut:], dst[cut:])
+            if key not in self._pcie:
+                self._pcie[key] = [n[cut:] for n in self._find_pcie_path(src, dst)]
+            return [prefix + n for n in self._pcie[key]]
+        return self._find_pcie_path(src, dst)
+
+    def _find_pcie_path(self, src: str, dst: str) -> list[str]:
         key = (src, dst)
         if key not in self._pcie:
             paths = self._pcie_paths(src, (dst,), stop=dst)
