@@ -40,6 +40,9 @@ CASE_SECONDS = 20
 """A command running longer than this on a damaged input is a hang."""
 EARLIER = b"an earlier output that a failed command must leave as it was\n"
 L40S_LOG = DATA / "nccl-tests" / "stanford-farmshare-l40s-pcie-2gpu-allreduce-ring.txt"
+L40S_TREE_LOG = DATA / "nccl-tests" / "stanford-farmshare-l40s-pcie-2gpu-allreduce-tree.txt"
+"""Calibrate's seed: a log the uncalibrated twin leaves room to fit (on the Ring log it is already
+within 5 % and calibration rightly refuses a fit that worsens its mid sizes)."""
 ROOT = Path(__file__).parents[2]
 L40S = ROOT / "benchmarks" / "clusters" / "farmshare-l40s.yaml"
 runner = CliRunner()
@@ -154,7 +157,7 @@ def _commands(tmp: Path) -> dict[str, Command]:
                                   ("rank", "--trace", str(trace), "--topology", "IN", "-o", "OUT")),
         "whatif --html": Command(trace, "job.json", "report.html", _html_ok,
                                  ("whatif", "--trace", "IN", "--topology", "l40s-pcie", "--no-tuned", "--html", "OUT")),
-        "calibrate -o": Command(L40S_LOG, "log.txt", "profile.json", _profile_ok,
+        "calibrate -o": Command(L40S_TREE_LOG, "log.txt", "profile.json", _profile_ok,
                                 ("calibrate", "-m", "IN", "--topology", str(L40S), "--no-residual", "-o", "OUT")),
         "store import, log": Command(L40S_LOG, "log.txt", "out.db", _store_ok,
                                      ("store", "import", "OUT", "IN", "--hardware", "l40s"), earlier=False),
