@@ -247,7 +247,7 @@ class CommGeometry:
         self._hosts = list(self._by_host.values())
         self._host_rank = {gpu: h for h, gpus in enumerate(self._hosts) for gpu in gpus}
         self._nics = [cluster.channel_nics(gpus) for gpus in self._hosts] if len(self._hosts) > 1 else None
-        self._route = lru_cache(maxsize=None)(self._route_uncached)
+        self._flow = lru_cache(maxsize=None)(self._flow_uncached)
         self._orders: dict[tuple[int, int], list[str]] = {}
         self._flows: dict[tuple[str, int], list[Flow]] = {}
         self._loads: dict[str, dict[int, _Load]] = {}
@@ -281,7 +281,7 @@ class CommGeometry:
     def arch(self) -> str:
         return self.cluster.gpu.arch
 
-    def _route_uncached(self, src: str, dst: str, nics: tuple[str, str] | None) -> tuple:
+    def _route(self, src: str, dst: str, nics: tuple[str, str] | None) -> tuple:
         c = self.cluster
         if c.host_of(src) != c.host_of(dst):
             return tuple(c.route(src, dst) if nics is None else c.nic_route(src, dst, *nics))
@@ -292,10 +292,14 @@ class CommGeometry:
         return tuple(c.loopback_route(src, dst))
 
     def flow(self, src: str, dst: str, channel: int | None = None) -> Flow:
-        """``src`` to ``dst``; between nodes, on the NICs channel ``channel`` uses there when given."""
+        """``src`` to ``dst``; between nodes, on the NICs channel ``channel`` uses there when given
+        (channels on the same NICs share one ``Flow``)."""
         nics = None
         if channel is not None and self._nics is not None and self._host_rank[src] != self._host_rank[dst]:
             nics = (self.nic(self._host_rank[src], channel), self.nic(self._host_rank[dst], channel))
+        return self._flow(src, dst, nics)
+
+    def _flow_uncached(self, src: str, dst: str, nics: tuple[str, str] | None) -> Flow:
         hops = self._route(src, dst, nics)
         graph = self.cluster.graph
         through_cpu = [graph.nodes[h.dst]["kind"] == "cpu" for h in hops[:-1]]
