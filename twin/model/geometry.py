@@ -11,6 +11,7 @@ efficiency on that kind of link.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
@@ -65,6 +66,47 @@ class LinkUse:
     capacity: float
 
 
+class LinkUses(Sequence):
+    """``LinkUse``s built on first look: the fast path needs only a pattern's rate, the simulator
+    its links (a data-parallel ring over thousands of nodes loads thousands of them).
+
+    >>> uses = LinkUses(lambda: (LinkUse(("a", "b"), 1.0, 10.0),))
+    >>> [u.capacity for u in uses], uses == (LinkUse(("a", "b"), 1.0, 10.0),)
+    ([10.0], True)
+    """
+
+    __slots__ = ("_build", "_uses")
+
+    def __init__(self, build: Callable[[], tuple[LinkUse, ...]]):
+        self._build: Callable[[], tuple[LinkUse, ...]] | None = build
+        self._uses: tuple[LinkUse, ...] | None = None
+
+    @property
+    def uses(self) -> tuple[LinkUse, ...]:
+        if self._uses is None:
+            self._uses = self._build()
+            self._build = None
+        return self._uses
+
+    def __getitem__(self, index):
+        return self.uses[index]
+
+    def __len__(self) -> int:
+        return len(self.uses)
+
+    def __iter__(self):
+        return iter(self.uses)
+
+    def __eq__(self, other) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, LinkUses | tuple) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.uses)
+
+    def __repr__(self) -> str:
+        return f"LinkUses({self.uses!r})"
+
+
 @dataclass(frozen=True)
 class ChannelShare:
     """What one channel of a pattern gets: payload rate (GB/s), the latency of a step (µs), and
@@ -72,7 +114,7 @@ class ChannelShare:
 
     gbps: float
     step_us: float
-    links: tuple[LinkUse, ...]
+    links: Sequence[LinkUse]
     proxy_us: float = 0.0
     """CPU time the busiest proxy thread spends per step (one thread per GPU posts every network
     step): however many chunks are in flight, steps follow each other no faster."""
@@ -95,6 +137,8 @@ class _Load:
     calibration evaluates one load under many constants, most of which leave them alone."""
     _kinds: list | None = field(default=None, repr=False, compare=False)
     """The (link kind, DMA, through a CPU) of the uses, in first-use order, once asked."""
+    _profiles: tuple | None = field(default=None, repr=False, compare=False)
+    """``profiles()``, once asked."""
 
     def plus(self, flows: list[Flow], copies: int = 1) -> _Load:
         out = _Load(dict(self.uses), dict(self.net_sends), dict(self.net_recvs))
@@ -108,25 +152,44 @@ class _Load:
                 out.net_recvs[f.dst] = out.net_recvs.get(f.dst, 0) + copies
         return out
 
-    def links(self, proto: Proto, params: TwinParams) -> tuple[tuple[LinkUse, ...], float]:
-        """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``,
-        and the payload rate of one channel flow on the busiest of them."""
+    def links(self, proto: Proto, params: TwinParams) -> tuple[LinkUses, float]:
+        """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``
+        (built when first looked at), and the payload rate of one channel flow on the busiest."""
         # NIC transfers are large RDMA writes whatever the protocol's store size.
         efficiency = {kind: store_efficiency(proto, kind[0], dma=kind[1], params=params) * (
             params.link.root_complex_p2p_efficiency if kind[2] else 1.0) for kind in self.kinds()}
         key = tuple(efficiency.items())
         if key not in self._links:
-            raw: dict[tuple[str, str], float] = {}
+            profiles, capacity, distinct = self.profiles()
+
+            def raw(profile: tuple) -> float:
+                total = 0.0
+                for kind, count in profile:
+                    total = total + count / efficiency[kind]
+                return total
+
+            if len(self._links) >= _LINKS_KEPT:
+                del self._links[next(iter(self._links))]
+            links = LinkUses(lambda: tuple(LinkUse(k, raw(p), capacity[k]) for k, p in profiles.items()))
+            # Links of one profile and capacity (every node's alike on a ring over alike hosts) share
+            # one rate: the busiest is found over the distinct ones.
+            self._links[key] = links, min((bw / raw(p) for p, bw in distinct), default=math.inf)
+        return self._links[key]
+
+    def profiles(self) -> tuple[dict, dict, set]:
+        """Each directed link's profile, its ((link kind, DMA, through a CPU), count) in the order
+        of the uses; each link's capacity (GB/s); the distinct (profile, capacity) pairs."""
+        if self._profiles is None:
+            per_link: dict[tuple[str, str], list] = {}
             capacity: dict[tuple[str, str], float] = {}
             for (h, dma, via_cpu), count in self.uses.items():
                 link = (h.src, h.dst)
-                raw[link] = raw.get(link, 0.0) + count / efficiency[(h.kind, dma, via_cpu)]
+                per_link.setdefault(link, []).append(((h.kind, dma, via_cpu), count))
                 capacity[link] = h.bw
-            if len(self._links) >= _LINKS_KEPT:
-                del self._links[next(iter(self._links))]
-            links = tuple(LinkUse(k, v, capacity[k]) for k, v in raw.items())
-            self._links[key] = links, min((u.capacity / u.raw_per_payload for u in links), default=math.inf)
-        return self._links[key]
+            interned: dict[tuple, tuple] = {}
+            profiles = {link: interned.setdefault(tuple(p), tuple(p)) for link, p in per_link.items()}
+            self._profiles = profiles, capacity, {(p, capacity[link]) for link, p in profiles.items()}
+        return self._profiles
 
     def kinds(self) -> list[tuple[str, bool, bool]]:
         """The (link kind, DMA, through a CPU) of the uses, in first-use order."""
@@ -184,7 +247,7 @@ class CommGeometry:
         self._hosts = list(self._by_host.values())
         self._host_rank = {gpu: h for h, gpus in enumerate(self._hosts) for gpu in gpus}
         self._nics = [cluster.channel_nics(gpus) for gpus in self._hosts] if len(self._hosts) > 1 else None
-        self._route = lru_cache(maxsize=None)(self._route_uncached)
+        self._flow = lru_cache(maxsize=None)(self._flow_uncached)
         self._orders: dict[tuple[int, int], list[str]] = {}
         self._flows: dict[tuple[str, int], list[Flow]] = {}
         self._loads: dict[str, dict[int, _Load]] = {}
@@ -218,7 +281,7 @@ class CommGeometry:
     def arch(self) -> str:
         return self.cluster.gpu.arch
 
-    def _route_uncached(self, src: str, dst: str, nics: tuple[str, str] | None) -> tuple:
+    def _route(self, src: str, dst: str, nics: tuple[str, str] | None) -> tuple:
         c = self.cluster
         if c.host_of(src) != c.host_of(dst):
             return tuple(c.route(src, dst) if nics is None else c.nic_route(src, dst, *nics))
@@ -229,10 +292,14 @@ class CommGeometry:
         return tuple(c.loopback_route(src, dst))
 
     def flow(self, src: str, dst: str, channel: int | None = None) -> Flow:
-        """``src`` to ``dst``; between nodes, on the NICs channel ``channel`` uses there when given."""
+        """``src`` to ``dst``; between nodes, on the NICs channel ``channel`` uses there when given
+        (channels on the same NICs share one ``Flow``)."""
         nics = None
         if channel is not None and self._nics is not None and self._host_rank[src] != self._host_rank[dst]:
             nics = (self.nic(self._host_rank[src], channel), self.nic(self._host_rank[dst], channel))
+        return self._flow(src, dst, nics)
+
+    def _flow_uncached(self, src: str, dst: str, nics: tuple[str, str] | None) -> Flow:
         hops = self._route(src, dst, nics)
         graph = self.cluster.graph
         through_cpu = [graph.nodes[h.dst]["kind"] == "cpu" for h in hops[:-1]]

@@ -19,6 +19,7 @@ a fixed hand-over per slice (``sync_us``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +28,7 @@ from traces.errors import CcltwinError
 from traces.task import Op
 from tuner.config import Algo, Config, Proto
 from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, layout_problem
-from twin.model.geometry import CommGeometry, LinkUse
+from twin.model.geometry import CommGeometry, LinkUse, LinkUses
 from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
 from twin.model.protocols import cta_copy_gbps
 from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS
@@ -96,7 +97,7 @@ class Schedule:
     """What the channel moves at most, whatever else shares its links: its CTA's copy rate; for
     ring rounds, its primitives one after another at the links' uncontended share
     (``phased_gbps``), so under contention the engines take the smaller of this and their share."""
-    links: tuple = ()
+    links: Sequence[LinkUse] = ()
     """``LinkUse`` of every directed link the collective's channels load."""
     one_way: bool = False
     """The data flows one way down a chain (Broadcast, Reduce): back-to-back calls overlap."""
@@ -422,8 +423,9 @@ def memory_ops_per_byte(op: Op, algo: Algo, nranks: int, direct: bool = False) -
     return 2.0
 
 
-def scaled_links(links: tuple, rate_scale: float) -> tuple:
-    """Link uses for a channel whose payload rate is ``rate_scale`` times its flows' rate."""
+def scaled_links(links: Sequence[LinkUse], rate_scale: float) -> Sequence[LinkUse]:
+    """Link uses for a channel whose payload rate is ``rate_scale`` times its flows' rate (built
+    when first looked at)."""
     if rate_scale == 1.0:
         return links
-    return tuple(LinkUse(u.link, u.raw_per_payload / rate_scale, u.capacity) for u in links)
+    return LinkUses(lambda: tuple(LinkUse(u.link, u.raw_per_payload / rate_scale, u.capacity) for u in links))
