@@ -213,13 +213,6 @@ _LINKS_KEPT = 8
 """Link-use tables a load keeps (one per set of link efficiencies)."""
 
 
-def _share(load: _Load, proto: Proto, step_us: float, params: TwinParams, proxy_us: float = 0.0) -> ChannelShare:
-    """The share of the channels whose flows make ``load``; ``step_us``: the latency of one step,
-    ``proxy_us``: the busiest proxy thread's CPU time per step."""
-    links, gbps = load.links(proto, params)
-    return ChannelShare(gbps=gbps, step_us=step_us, links=links, proxy_us=proxy_us)
-
-
 class CommGeometry:
     """The ranks of one communicator on a cluster, with the transport NCCL uses inside nodes.
 
@@ -460,10 +453,11 @@ class CommGeometry:
         key = (pattern, nchannels, proto)
         if key not in self._shares:
             load = self._load(pattern, nchannels)
+            proxy = load.busiest_proxy_us(proto, self.cpu_vendor, self.params)
             if pattern in _SAME_ON_EVERY_CHANNEL:
                 step = max((f.latency_us(proto, self.cpu_vendor, self.params)
                             for f in self.channel_flows(pattern, 0)), default=0.0)
-                step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
+                step = max(step, proxy)
             else:
                 step = self.path_latency_us(pattern, proto)
             if pattern == "ring":
@@ -471,9 +465,9 @@ class CommGeometry:
                 # before the busiest proxy thread has done its part ("inter-node rings still have
                 # to launch nsteps * net overhead", NCCL tuning.cc).  Pipelines pay the proxy only
                 # on their network hops, inside those hops' latency.
-                step = max(step, load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
-            self._shares[key] = _share(load, proto, step, self.params,
-                                       load.busiest_proxy_us(proto, self.cpu_vendor, self.params))
+                step = max(step, proxy)
+            links, gbps = load.links(proto, self.params)
+            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=proxy)
         return self._shares[key]
 
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:
