@@ -91,7 +91,7 @@ class Run:
 
 CLUSTERS = HERE / "clusters"
 FARMSHARE = str(CLUSTERS / "farmshare-l40s.yaml")
-ABCI = str(CLUSTERS / "abci-a.yaml")
+ABCI = "abci-a"
 AZURE_A100_80 = str(CLUSTERS / "azure-nda100v4-80gb.yaml")
 GCP_A4 = str(CLUSTERS / "gcp-a4-b200.yaml")
 AWS_P4DE = str(CLUSTERS / "aws-p4de.yaml")

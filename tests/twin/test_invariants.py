@@ -166,7 +166,7 @@ KNOWN_MISSES = {
                                                             "gcp-a3-ultra", "gcp-a4", "hgx-b300")},
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
     **{(f"gb200-nvl72:{n}", Op.ALLREDUCE): NVLS_INT8 for n in ("36", "72", "2x72")},
-    **{(name, Op.ALLREDUCE): PCIE_TREE for name in ("h100-nvl:4", "h100-nvl:8", "h100-pcie:8", "h100-nvl:2x8",
+    **{(name, Op.ALLREDUCE): PCIE_TREE for name in ("h100-nvl:8", "h100-pcie:8", "h100-nvl:2x8",
                                                    "h100-pcie:2x8")},
     **{(f"{p}:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY for p in ("dgx-h100", "hgx-h200")},
     ("a40-nvlink-pairs:4", Op.ALLREDUCE): PAIRS,

@@ -31,7 +31,9 @@ class Flow:
     dst: str
     hops: tuple
     via_cpu: bool = False
-    """GPU-to-GPU traffic that a CPU root complex forwards (no PCIe switch between the ends)."""
+    """Peer-to-peer traffic that a CPU root complex forwards: GPU to GPU with no PCIe switch
+    between the ends, or a PCIe switch that redirects its peers' requests upstream (ACS) between
+    two GPUs or, between nodes, a GPU and its NIC (GPUDirect RDMA on, bytes through the CPU)."""
     gdr_send: bool = True
     """Between nodes: the sending NIC reads the GPU's memory directly (no CPU on the way)."""
     gdr_recv: bool = True
@@ -145,7 +147,7 @@ class _Load:
         for f in flows:
             dma = f.kind == "net"
             for h in f.hops:
-                key = (h, dma, f.via_cpu)
+                key = (h, dma, f.via_cpu and h.kind != "net")  # the root complex forwards PCIe hops only
                 out.uses[key] = out.uses.get(key, 0) + copies
             if dma:
                 out.net_sends[f.src] = out.net_sends.get(f.src, 0) + copies
@@ -300,9 +302,14 @@ class CommGeometry:
         if not any(net):
             return Flow(src, dst, hops, any(through_cpu))
         first, last = net.index(True), len(net) - 1 - net[::-1].index(True)
-        # GPUDirect RDMA needs the NIC within PCIe switches of the GPU (NCCL_NET_GDR_LEVEL=PXB).
-        return Flow(src, dst, hops, gdr_send=not any(through_cpu[:first]),
-                    gdr_recv=not any(through_cpu[last + 1:]))
+        # GPUDirect RDMA needs the NIC within PCIe switches of the GPU (NCCL_NET_GDR_LEVEL=PXB); a
+        # switch that redirects peer-to-peer requests keeps it on (NCCL reads only the PCIe tree)
+        # and sends the bytes through the root complex.
+        c = self.cluster
+        redirected = (c.fabric.gpudirect and c.acs_redirects(src, hops[first].src),
+                      c.fabric.gpudirect and c.acs_redirects(dst, hops[last].dst))
+        return Flow(src, dst, hops, via_cpu=any(redirected), gdr_send=redirected[0] or not any(through_cpu[:first]),
+                    gdr_recv=redirected[1] or not any(through_cpu[last + 1:]))
 
     def nic(self, host_rank: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on the communicator's ``host_rank``-th node (None on one

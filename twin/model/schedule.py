@@ -62,7 +62,10 @@ LL_LINE_DATA_BYTES = 8
 def slice_sync_us(algo: Algo, proto: Proto, slices_per_step, params: TwinParams = DEFAULT_PARAMS):
     """Per step, the Ring or Tree CTA's hand-over of each Simple slice
     (``protocol.simple_slice_sync_us``; LL and LL128 flag every line inline, NVLS and
-    point-to-point kernels hand over in separate warps)."""
+    point-to-point kernels hand over in separate warps).  A ring round cuts its step into
+    slices (``ALLREDUCE_SLICESTEPS``); a pipeline's step is one slice (Tree, Broadcast and Reduce
+    run ``ProtoSimple<1, 1>``: ``src/device/all_reduce.h``, ``broadcast.h`` @ v2.28.9-1, the same
+    ``ncclPrimitives<UNROLL, 1, 1, …>`` in ``src/collectives/device/*.h`` @ v2.8.4-1)."""
     if proto is not Proto.SIMPLE or algo not in (Algo.RING, Algo.TREE):
         return 0.0
     return params.protocol.simple_slice_sync_us * np.ceil(slices_per_step - 1e-9)
@@ -258,9 +261,12 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             step_bytes = np.minimum(chunk, np.ceil(step_bytes / quantum) * quantum)
         grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
                                  else grain_unit, step_bytes)
+        # A ring round hands over each of its slices; a pipeline step is one slice (Tree, Broadcast
+        # and Reduce run ``ProtoSimple<1, 1>``: one step per chunk, one slice per step).
+        slices = step_bytes / grain_bytes if shape == "rounds" else 1.0
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
-                        slice_sync_us(algo, proto, step_bytes / grain_bytes, params) + fence_us,
+                        slice_sync_us(algo, proto, slices, params) + fence_us,
                         PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us, host)
 
     if op in POINT_TO_POINT:

@@ -65,7 +65,7 @@ def _add_node(graph: nx.Graph, node: NodeSpec, host: int, fabric: str) -> None:
 
     for j, switch in enumerate(node.switches):
         name = f"{prefix}pcie{j}"
-        graph.add_node(name, kind=PCIE_SWITCH, host=host)
+        graph.add_node(name, kind=PCIE_SWITCH, host=host, **({"acs": True} if node.pcie_acs else {}))
         upstream = cpus[switch.socket] if switch.socket is not None else f"{prefix}pcie{switch.parent}"
         graph.add_edge(name, upstream, kind=PCIE, bw=link_bw, lat_us=lat["pcie"], nlinks=1)
         attach(name, switch)

@@ -219,7 +219,8 @@ class Cluster:
 
         Same host: the direct NVLink edge if there is one, else through the NVSwitch, else
         the PCIe tree (GPU → switch → [CPU → CPU] → switch → GPU).  Different hosts: GPU →
-        its NIC → leaf [→ spine → leaf] → NIC → GPU, with ``nic_of`` on each side.
+        its NIC → leaf [→ spine → leaf] → NIC → GPU, with ``nic_of`` on each side.  A switch
+        that redirects peer-to-peer requests (``acs_redirects``) sends either through its CPU.
         """
         return self._cached("p2p", src_gpu, dst_gpu)
 
@@ -238,16 +239,44 @@ class Cluster:
     def _to_nic(self, gpu: str, nic: str) -> list[str]:
         """The bytes' way from ``gpu`` to ``nic``: straight over PCIe (or PXN) when the fabric's NIC
         moves GPU memory, else staged in the memory of the GPU's CPU (NCCL's Socket transport),
-        crossing that CPU's root complex."""
-        return self._send_path(gpu, nic) if self.fabric.gpudirect else self._staged_path(gpu, nic)
+        crossing that CPU's root complex; through the root complex too where a switch redirects
+        the NIC's peer-to-peer requests (``acs_redirects``)."""
+        return self._staged_path(gpu, nic) if self._through_cpu(gpu, nic) else self._send_path(gpu, nic)
 
     def _from_nic(self, nic: str, gpu: str) -> list[str]:
-        """From ``nic`` to ``gpu``: over PCIe, or staged in host memory (``_to_nic``)."""
-        return self._pcie_path(nic, gpu) if self.fabric.gpudirect else self._staged_path(gpu, nic)[::-1]
+        """From ``nic`` to ``gpu``: over PCIe, or through the GPU's CPU (``_to_nic``)."""
+        return self._staged_path(gpu, nic)[::-1] if self._through_cpu(gpu, nic) else self._pcie_path(nic, gpu)
+
+    def _through_cpu(self, gpu: str, nic: str) -> bool:
+        """Whether the bytes between ``gpu`` and ``nic`` pass the GPU's CPU, though no CPU lies
+        between them in the PCIe tree: host-staged fabric kinds, or switches that redirect."""
+        return not self.fabric.gpudirect or self.acs_redirects(gpu, nic)
 
     def _staged_path(self, gpu: str, nic: str) -> list[str]:
         cpu = self.cpu_of(gpu)
         return self._pcie_path(gpu, cpu) + self._pcie_path(cpu, nic)[1:]
+
+    def acs_redirects(self, a: str, b: str) -> bool:
+        """Whether two devices of one host that the PCIe tree joins below their CPU (one switch
+        apart, as NCCL reads it from sysfs: PIX or PXB) exchange bytes through the root complex
+        instead: the switch where their path turns redirects peer-to-peer requests upstream
+        (``pcie.acs``: PCI Access Control Services on its downstream ports; NCCL's user guide,
+        Troubleshooting, "PCI Access Control Services (ACS)": it "redirects all PCI
+        point-to-point traffic to the CPU root complex").  NCCL does not see it: GPUDirect RDMA
+        stays on.
+
+        >>> from twin.topology import load_cluster
+        >>> abci = load_cluster("abci-a")
+        >>> abci.acs_redirects("n0/gpu0", "n0/nic0"), load_cluster("dgx-a100").acs_redirects("n0/gpu0", "n0/nic0")
+        (True, False)
+        >>> [h.dst for h in abci.route("n0/gpu0", "n0/gpu1")][:1]  # NVLink: no PCIe involved
+        ['n0/nvswitch']
+        """
+        path = self._pcie_path(a, b)
+        nodes = self.graph.nodes
+        if any(kind_of(self.graph, n) == CPU for n in path):
+            return False
+        return any(nodes[n].get("acs", False) for n in path[1:-1])
 
     def _send_path(self, gpu: str, nic: str) -> list[str]:
         """From ``gpu`` to ``nic``: over PCIe, or when that crosses a CPU, over NVLink to the GPU
@@ -408,12 +437,14 @@ class Cluster:
                     if kind_of(self.graph, n) == NVSWITCH and dst in self._nvlink_neighbours(n)]
         if switches:
             return [src, min(switches), dst]
+        if self.acs_redirects(src, dst):
+            cpu = self.cpu_of(src)
+            return self._pcie_path(src, cpu) + self._pcie_path(cpu, dst)[1:]
         return self._pcie_path(src, dst)
 
     def _net_path(self, src: str, dst: str) -> list[str]:
         nic_src, nic_dst = self.nic_of(src), self.nic_of(dst)
-        direct = self.fabric.gpudirect
-        return ((self._pcie_path(src, nic_src) if direct else self._staged_path(src, nic_src))
+        return ((self._staged_path(src, nic_src) if self._through_cpu(src, nic_src) else self._pcie_path(src, nic_src))
                 + self._fabric_path(nic_src, nic_dst)[1:] + self._from_nic(nic_dst, dst)[1:])
 
     def _pcie_paths(self, src: str, targets: Iterable[str] = (),

@@ -70,6 +70,10 @@ class NodeSpec:
     """GB/s per direction between two sockets."""
     pcie_gen: int = 4
     pcie_lanes: int = 16
+    pcie_acs: bool = False
+    """The PCIe switches' downstream ports redirect peer-to-peer requests to the root complex (PCI
+    Access Control Services): devices under one switch exchange data through their socket, though
+    the PCIe tree (what NCCL reads from sysfs) still shows them one switch apart."""
     latency_us: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_LATENCY_US))
 
     @property
@@ -288,6 +292,7 @@ def _parse_node(sec: _Section) -> NodeSpec:
     if gen > 6:
         raise pcie.error(f"unknown PCIe generation {gen} (known: 1-6)", "gen")
     lanes = pcie.int("lanes", 16, low=1)
+    acs = pcie.flag("acs")
     switches = _parse_groups(pcie, "switches", sockets)
     root_ports = _parse_groups(pcie, "root_ports", sockets)
     pcie.done()
@@ -297,7 +302,8 @@ def _parse_node(sec: _Section) -> NodeSpec:
     sec.done()
     return NodeSpec(gpu=gpu.model, gpus=gpus, switches=switches, root_ports=root_ports, nic_gbps=nic_gbps,
                     nvswitch_links=nvswitch_links, nvlink_pairs=pairs, sockets=sockets, cpu_vendor=vendor,
-                    cpu_model=cpu_model, socket_link_bw=link_bw, pcie_gen=gen, pcie_lanes=lanes, latency_us=latency)
+                    cpu_model=cpu_model, socket_link_bw=link_bw, pcie_gen=gen, pcie_lanes=lanes, pcie_acs=acs,
+                    latency_us=latency)
 
 
 def _parse_nvlink(sec: _Section | None, model_links: int, gpus: int) -> tuple[int, tuple]:
@@ -447,6 +453,8 @@ def _dump(spec: ClusterSpec) -> dict[str, Any]:
     body["pcie"] = {"gen": node.pcie_gen, "lanes": node.pcie_lanes,
                     "switches": [_dump_group(g) for g in node.switches],
                     "root_ports": [_dump_group(g) for g in node.root_ports]}
+    if node.pcie_acs:
+        body["pcie"]["acs"] = True
     rates = set(node.nic_gbps)
     body["nics"] = {"count": node.nics, "gbps": rates.pop() if len(rates) == 1 else list(node.nic_gbps)}
     body["latency_us"] = dict(node.latency_us)

@@ -45,6 +45,7 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
         "nvlink_gbps_per_gpu": cluster.nvlink_bw(gpu0),
         "nvlink_peers_per_gpu": len(cluster.nvlink_peers(gpu0)),
         "pcie_switches_per_node": len(local_kind(PCIE_SWITCH)),
+        "pcie_acs": any(graph.nodes[n].get("acs", False) for n in local_kind(PCIE_SWITCH)),
         "gpu_pcie_gbps": edge_bw(PCIE, [gpu0]),
         "sockets_per_node": len(local_kind(CPU)),
         "cpu_vendor": cluster.cpu_vendor,
@@ -136,7 +137,8 @@ def format_summary(facts: dict[str, Any]) -> str:
         f"  NVLink     {nvlink}",
         f"  PCIe       {facts['gpu_pcie_gbps']:g} GB/s per GPU link, "
         f"{facts['pcie_switches_per_node']} switches, {facts['sockets_per_node']} × {facts['cpu_vendor']} CPU"
-        + (f" ({facts['socket_link_gbps']:g} GB/s between sockets)" if facts["socket_link_gbps"] else ""),
+        + (f" ({facts['socket_link_gbps']:g} GB/s between sockets)" if facts["socket_link_gbps"] else "")
+        + ("; ACS: peer-to-peer through the CPU" if facts["pcie_acs"] else ""),
         f"  host CPU   {facts['host_cpu']} (single thread {facts['host_cpu_single_thread']:g} × the H200 host's, "
         "which paces the framework's host time)",
         f"  NICs       {facts['nics_per_node']} per node"

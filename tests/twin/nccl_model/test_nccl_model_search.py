@@ -49,7 +49,7 @@ def test_dgx_a100_search_follows_the_release(version, per_channel):
 def test_abci_two_nodes_under_nccl_2_8():
     """ABCI node (A), 4 HDR NICs (25 GB/s) per node, NCCL 2.8.4: one speed list for rings and trees
     (no 48 GB/s inter-node entry), so the trees' intra-node speed rises only to 42 (2.28: 48)."""
-    cluster = load_cluster("benchmarks/clusters/abci-a.yaml", nodes=2)
+    cluster = load_cluster("abci-a", nodes=2)
     old, new = (comm_info(cluster, cluster.gpus(), nccl_version=v) for v in ((2, 8, 4), (2, 28, 9)))
     assert (old.nchannels, old.bw_inter, old.tree_bw_intra) == (8, 24.0, 42.0)
     assert (new.nchannels, new.bw_inter, new.tree_bw_intra) == (8, 24.0, 48.0)

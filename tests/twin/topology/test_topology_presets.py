@@ -12,7 +12,7 @@ import twin.topology.summary
 from twin.topology import TopologyError, build_cluster, list_presets, load_cluster, read_spec
 
 PRESETS = [
-    "a40-nvlink-pairs", "a40-pcie", "aws-p5", "aws-p5e", "aws-p5en", "azure-nd-h100-v5", "azure-nd-h200-v5",
+    "a40-nvlink-pairs", "a40-pcie", "abci-a", "aws-p5", "aws-p5e", "aws-p5en", "azure-nd-h100-v5", "azure-nd-h200-v5",
     "dgx-a100", "dgx-a100-80gb", "dgx-b200", "dgx-h100", "gb200-nvl72", "gcp-a3-high", "gcp-a3-mega",
     "gcp-a3-ultra", "gcp-a4", "gh200-slingshot", "h100-nvl", "h100-pcie", "hgx-b300", "hgx-h200", "l40s-pcie",
     "oci-bm-gpu-h100-8",
