@@ -261,9 +261,9 @@ class Cluster:
         apart, as NCCL reads it from sysfs: PIX or PXB) exchange bytes through the root complex
         instead: the switch where their path turns redirects peer-to-peer requests upstream
         (``pcie.acs``: PCI Access Control Services on its downstream ports; NCCL's user guide,
-        Troubleshooting, "PCI Access Control Services (ACS)": it "redirects all PCI
-        point-to-point traffic to the CPU root complex").  NCCL does not see it: GPUDirect RDMA
-        stays on.
+        Troubleshooting, "PCI Access Control Services (ACS)": IO virtualization "can interfere with
+        GPU Direct by redirecting all PCI point-to-point traffic to the CPU root complex").  NCCL
+        does not see it: GPUDirect RDMA stays on.
 
         >>> from twin.topology import load_cluster
         >>> abci = load_cluster("abci-a")
