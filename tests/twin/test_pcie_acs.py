@@ -13,6 +13,7 @@ from twin.model.schedule import schedule_for
 from twin.params import DEFAULT_PARAMS
 from twin.placement import Communicator
 from twin.topology import ClusterSpec, TopologyError, build_cluster, load_cluster, read_spec
+from twin.topology.summary import format_summary, summarize
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 DEV = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
@@ -33,6 +34,8 @@ def test_the_flag_reads_and_writes_back(tmp_path):
     assert spec.node.pcie_acs and spec.to_dict()["node"]["pcie"]["acs"] is True
     assert ClusterSpec.from_dict(spec.to_dict(), "again") == spec
     assert "acs" not in read_spec("dgx-a100").to_dict()["node"]["pcie"]
+    assert summarize(load_cluster("abci-a"))["pcie_acs"] and not summarize(load_cluster("dgx-a100"))["pcie_acs"]
+    assert "ACS: peer-to-peer through the CPU" in format_summary(summarize(load_cluster("abci-a")))
     data = spec.to_dict()
     data["node"]["pcie"]["acs"] = "on"
     path = tmp_path / "bad.yaml"
