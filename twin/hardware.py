@@ -268,6 +268,13 @@ _GOOGLE_TCPX = ("Google Cloud, 'Maximize GPU network bandwidth with GPUDirect-TC
 _GOOGLE_TCPXO = ("Google Cloud, 'Maximize GPU network bandwidth with GPUDirect-TCPXO' (a3-mega) and its "
                  "nccl-env-profile.sh (AI-Hypercomputer/gpu-recipes): NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple, "
                  "NCCL_BUFFSIZE=8388608, NCCL_NVLS_ENABLE=0, plugin 'FasTrak' (libnccl-net.so)",)
+_GOOGLE_GIB = ("Google Cloud a3-ultra / a4 (ConnectX-7 RoCE): the gIB net plugin, NCCL's IB verbs transport, with "
+               "/usr/local/gib/scripts/set_nccl_env.sh: NCCL_NET=gIB, NCCL_CROSS_NIC=0, NCCL_NET_GDR_LEVEL=PIX, "
+               "NCCL_IB_QPS_PER_CONNECTION=4, NCCL_IB_ADAPTIVE_ROUTING=1, NCCL_IB_TC=52, NCCL_IB_FIFO_TC=84, "
+               "NCCL_P2P_NET_CHUNKSIZE=131072, NCCL_TUNER_CONFIG_PATH=.../tuner_config_a3u.txtpb or _a4.txtpb (not "
+               "public); none adds time per message in NCCL's IB transport (src/transport/net_ib/p2p.cc: whole "
+               "requests take the QPs in turn unless NCCL_IB_SPLIT_DATA_ON_QPS, adaptive routing one zero-byte "
+               "write with immediate after a message over 8 KiB), so the kind keeps RoCE's figures",)
 _AWS_OFI = ("aws/aws-ofi-nccl src/platform-aws.c (v1.7-1.8, 2023): NCCL_PROTO=simple unless the EFA endpoint "
             "delivers 128-byte aligned writes in order "
             "(FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES / ..._SENDRECV_...), 'such as on P4d/P4de'; "
@@ -282,7 +289,8 @@ _FABRIC_KINDS = (
                sources=("NCCL src/transport/net_ib.cc", "NVIDIA perftest ib_write_lat, ConnectX-6/7")),
     FabricKind("roce", "RoCE v2 (RDMA over Converged Ethernet)", "IB", True,
                sources=("NCCL drives RoCE through its IB transport (NCCL_IB_GID_INDEX)",
-                        "IBTA RoCEv2 annex: Ethernet, IP and UDP headers around the IB transport")),
+                        "IBTA RoCEv2 annex: Ethernet, IP and UDP headers around the IB transport",
+                        *_GOOGLE_GIB)),
     FabricKind("tcp", "TCP sockets (host-staged)", "Socket", False,
                sources=("NCCL src/transport/net_socket.cc: host-memory buffers, helper threads "
                         "(NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD)",)),

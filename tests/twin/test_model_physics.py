@@ -102,6 +102,23 @@ def test_every_step_of_a_multinode_ring_waits_for_the_proxy(a100_nodes):
     assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).step_us < share.step_us
 
 
+def test_channels_on_one_proxy_queue_behind_each_other_on_the_network_hop():
+    # Two a3-ultra VMs, one GPU each: every channel of the ring leaves through the same GPU's proxy,
+    # which posts one send per channel per step in turn (``progressOps``, ``src/proxy.cc``).
+    geom = CommGeometry(load_cluster("gcp-a3-ultra", nodes=2, gpus_per_node=1))
+    action = proxy_overhead_us(Proto.LL, geom.cpu_vendor, geom.params)
+    one, four = (geom.share("ring", nc, Proto.LL).step_us for nc in (1, 4))
+    assert four == pytest.approx(one + 3 * action)
+    # Simple: each further channel adds its send and its receive's completion and flush.
+    one, four = (geom.share("ring", nc, Proto.SIMPLE).step_us for nc in (1, 4))
+    assert four == pytest.approx(one + 3 * proxy_overhead_us(Proto.SIMPLE, geom.cpu_vendor, geom.params))
+    # On one node nothing queues on a proxy; across 8-GPU nodes only the ring's network hops wait.
+    single = CommGeometry(load_cluster("gcp-a3-ultra"))
+    assert single.share("ring", 8, Proto.LL).step_us == single.share("ring", 1, Proto.LL).step_us
+    nodes = CommGeometry(load_cluster("gcp-a3-ultra", nodes=2))
+    assert nodes.network_share("ring") == pytest.approx(2 / 16)
+
+
 def test_two_rank_ring_peak_is_below_the_n_rank_ring_peak():
     cluster = load_cluster("dgx-a100")
     busbw = {}

@@ -17,7 +17,7 @@ from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
-from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us
+from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us, proxy_overhead_us
 from twin.model.protocols import hop_latency_us, store_efficiency
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster, Hop, TopologyError
@@ -456,15 +456,28 @@ class CommGeometry:
 
         ``pairs`` (AllToAll) and ``sendrecv`` are point to point: every flow takes one hop, so a
         step costs the slowest flow's latency (or the busiest proxy's time for it).
+
+        A GPU's one proxy thread walks its operations in turn, each channel's after the other's
+        (``progressOps`` in ``src/proxy.cc``; ``sendProxyProgress`` loops over the channels'
+        sub-operations, ``src/transport/net.cc``), so on a ring's or a chain's network hop, and on
+        a point-to-point one, the last channel's step is posted after the busiest thread's other
+        actions of that step: the hop costs its own latency plus those (``queue``).  Only rings,
+        chains and point-to-point queue so: every GPU of them sends to one peer per channel and
+        step, where a tree's up and down passes post to different peers in different steps.
         """
         key = (pattern, nchannels, proto)
         if key not in self._shares:
             load = self._load(pattern, nchannels)
             proxy = load.busiest_proxy_us(proto, self.cpu_vendor, self.params)
+            # The busiest proxy thread posts its flows' steps one after another, so the last
+            # channel's network hop waits for the others' actions on top of its own.
+            queue = max(0.0, proxy - proxy_overhead_us(proto, self.cpu_vendor, self.params))
             if pattern in _SAME_ON_EVERY_CHANNEL:
-                step = max((f.latency_us(proto, self.cpu_vendor, self.params)
-                            for f in self.channel_flows(pattern, 0)), default=0.0)
-                step = max(step, proxy)
+                flows = self.channel_flows(pattern, 0)
+                step = max((f.latency_us(proto, self.cpu_vendor, self.params) for f in flows), default=0.0)
+                step = max(step + (queue if any(f.kind == "net" for f in flows) else 0.0), proxy)
+            elif pattern in ("ring", "chain"):
+                step = self.path_latency_us(pattern, proto) + queue * self.network_share(pattern)
             else:
                 step = self.path_latency_us(pattern, proto)
             if pattern == "ring":
@@ -476,6 +489,19 @@ class CommGeometry:
             links, gbps = load.links(proto, self.params)
             self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=proxy)
         return self._shares[key]
+
+    def network_share(self, pattern: str) -> float:
+        """The share of the hops a piece of data crosses in ``pattern`` (as ``path_latency_us``
+        counts them) that cross the network: 0 on one node."""
+        if self.nnodes == 1:
+            return 0.0
+        if pattern in ("ring", "chain"):
+            flows = self.channel_flows(pattern, 0)
+            return sum(f.kind == "net" for f in flows) / len(flows) if flows else 0.0
+        levels = math.ceil(math.log2(self.nnodes))
+        if pattern == "tree":
+            return levels / ((self.ppn - 1) + levels)
+        return levels / (1 + levels)  # nvls: to the switch and back, then the tree between nodes
 
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:
         """One step over ``flow``.  Inside a node of a communicator that spans nodes, an LL step

@@ -36,6 +36,10 @@ Component times come from public measurements, not from the nccl-tests files:
   ``src/proxy.cc``) once per pass, a system call of about a µs, so half a pass on average.
 
 Those times are parameters (``TwinParams.net``); the proxy's actions per step are NCCL's.
+A GPU's proxy thread posts the steps of all its channels one after another (``progressOps``,
+``src/proxy.cc``), so where several channels leave through one GPU, the last one's step waits
+for the others' actions too (``CommGeometry.share``): no new constant, ``getNetOverhead`` per
+action.
 
 Other fabric kinds than InfiniBand (``twin.hardware.FABRIC_KINDS``: RoCE, TCP sockets, Google's
 GPUDirect-TCPX/TCPXO, AWS EFA, HPE Slingshot) change three things, and this module costs them
