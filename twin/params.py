@@ -104,8 +104,8 @@ class Links:
     broadcasts with multimem loads and stores, fences and posts again, and the gather polls before
     it copies.  NCCL's own measured latency of that pass: ``hwLatencies[NVLINK][NVLS][SIMPLE]`` =
     25 µs (``src/graph/tuning.cc``, 2.26.6 and 2.28.9; 23 µs in 2.20.5, and in 2.18.5 the same
-    23 µs as the NVLS base latency), where a Ring step over NVLink is 3.4 µs.  A full pipeline
-    pays it once, its chunks following ``NCCL_STEPS`` in flight."""
+    23 µs as the NVLS base latency), where a Ring step over NVLink is 3.4 µs.  The first chunk pays
+    it; the chunks behind it follow at their transfers (as NCCL's cost model counts it once)."""
 
     def of(self, kind: str) -> IntraLink:
         """The link of ``kind`` (``nvlink``, ``pcie``, ``cpu``)."""

@@ -227,15 +227,14 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     unit = {Proto.LL: nthreads * LL_LINE_DATA_BYTES, Proto.LL128: LL128_UNIT_BYTES}.get(proto, chunk / 2)
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
-               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
-               step_us: float | None = None) -> Schedule:
+               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0
+               ) -> Schedule:
         share = geom.share(pattern, nch, proto)
         if phases:
             # The channel's primitives run one after another, each at its own pace (below).
             cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
                                                                            nthreads, 1.0, params=params))
         gbps = np.minimum(share.gbps * rate_scale, cap)
-        hop_us = share.step_us if step_us is None else step_us
         # A ring's or a chain's LL grain is one CTA pass in time: its lines at the CTA's rate,
         # however slowly the link then carries them (the receiver takes each line as it lands, and
         # thread t of every rank forwards line t, ``LLGenericOp``).  So a chain fills one pass per
@@ -249,7 +248,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         if shape == "pipeline":
             # A rank forwards a chunk's first grain while the rest still arrives, so the pipeline
             # fills in steps of one grain plus the hop latency, not of whole chunks.
-            grain = np.minimum(chunk, grain_unit + gbps * 1e3 * hop_us)
+            grain = np.minimum(chunk, grain_unit + gbps * 1e3 * share.step_us)
         loops = np.maximum(1, np.ceil(per_channel / (loop_bytes_per_chunk * grain)))
         step_bytes = per_channel / (loops * loop_bytes_per_chunk)
         quantum = ring_quantum_bytes(geom.nccl_version, op, proto, nthreads)
@@ -259,7 +258,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             step_bytes = np.minimum(chunk, np.ceil(step_bytes / quantum) * quantum)
         grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
                                  else grain_unit, step_bytes)
-        return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, hop_us, launch + extra_launch,
+        return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, step_bytes / grain_bytes, params) + fence_us,
                         PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us, host)
@@ -303,14 +302,17 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # its own head's reduced chunk once more each way, ``1 + 1/ppn`` per payload byte.  Every
         # loop's stores are fenced before its step is posted (``postPeer``, ``prims_simple.h``:
         # ``fence_acq_rel_sys``), an NVLink round trip that no chunk in flight hides: ``1/ppn``
-        # of one per chunk.  On one node a chunk's pass up to the switch and back costs NCCL's
-        # measured NVLS latency (``link.nvls_pass_us``), not two plain NVLink steps: its polls of
-        # every rank's step go through the switch, and its fences wait for multimem stores.
+        # of one per chunk.  On one node the first chunk's pass up to the switch and back costs
+        # NCCL's measured NVLS latency (``link.nvls_pass_us``), not two plain NVLink steps: its
+        # polls of every rank's step go through the switch and its fences wait for multimem
+        # stores; the chunks behind it follow at their transfers.
         ppn = geom.ppn
         inter = 2 * math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else 0
+        pass_us = 0.0
+        if geom.nnodes == 1:
+            pass_us = max(0.0, params.link.nvls_pass_us - 2 * geom.share("nvls", nch, proto).step_us)
         return shaped("pipeline", "nvls", 2 + inter, 1, rate_scale=params.link.nvls_efficiency * ppn / (ppn + 1),
-                      fence_us=geom.nvlink_round_trip_us() / ppn,
-                      step_us=params.link.nvls_pass_us / 2 if geom.nnodes == 1 else None)
+                      fence_us=geom.nvlink_round_trip_us() / ppn, extra_launch=pass_us)
     # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
     steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
     return shaped("pipeline", "tree", steps, 1)
