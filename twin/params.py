@@ -98,8 +98,9 @@ class Links:
     ``src/graph/tuning.cc`` 2.28.9), on top of the ``1 + 1/ppn`` bytes each payload byte puts on a
     GPU's NVLinks (``twin.model.schedule``, NVLS)."""
     nvls_pass_us: float = _param(25.0, "µs", 0.0, 200.0)
-    """One chunk's pass through an NVLS AllReduce on one node, up to the switch and back (its two
-    hops share it): each rank's scatter fences and posts, the head polls every rank's step through
+    """One chunk's pass through an NVLS collective on one node, up to the switch and back, of which
+    the twin's two NVLink steps are a part (the rest comes on the call's launch): each rank's
+    scatter fences and posts, the head polls every rank's step through
     the switch (``multimem.ld_reduce.min`` on the step counters, ``prims_simple.h``), reduces and
     broadcasts with multimem loads and stores, fences and posts again, and the gather polls before
     it copies.  NCCL's own measured latency of that pass: ``hwLatencies[NVLINK][NVLS][SIMPLE]`` =
