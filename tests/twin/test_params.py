@@ -309,6 +309,7 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("cta.hbm_share", 0.03, "cta simple", False),
     ("cta.threads_at_half_rate", 320.0, "cta simple", True),
     ("link.nvls_efficiency", 0.6, "nvls", True),
+    ("link.nvls_pass_us", 50.0, "nvls", True),
     ("net.nic_rdma_write_us", 3.0, "net small ll", True),
     ("net.efficiency", 0.5, "net large", True),
     ("net.proxy_action_amd_us", 4.0, "amd proxy", True),
@@ -374,7 +375,8 @@ def test_names_bounds_and_units_cover_every_parameter():
     values = DEFAULT_PARAMS.to_dict()
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
     # 40 (with the host launch and stream query) + fabric kinds (19) + compute shapes (20) + fused softmax (1)
-    assert len(values) == 80
+    # + the NVLS pass (1)
+    assert len(values) == 81
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name
