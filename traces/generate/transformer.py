@@ -430,10 +430,14 @@ class TransformerRank:
             prev = _last(prev, self._tp(Op.ALLREDUCE, f"tp-reduce.xent-{name}", prev, nbytes=T * 4, dtype="float32"))
         self.loss[micro_batch] = prev
 
+    def _host(self, name: str) -> None:
+        """Host work of the framework's own, no kernels (its time: the twin's framework profile)."""
+        self.out.compute(name, 0, 0, category="host", dtype=self.model.dtype, kernels=0)
+
     def _step(self, kind: str) -> None:
         """The schedule's host work of one forward or backward step (no kernels): buffers for
         the exchanges, the ``torch.autograd.backward`` call (``compute.kernels.megatron_step_host_us``)."""
-        self.out.compute(f"schedule.{kind}-step", 0, 0, category="host", kernels=0)
+        self._host(f"schedule.{kind}-step")
 
     def _embedding_kernels(self, backward: int) -> int:
         """Kernels around the embedding in one micro-batch (``EMBEDDING_KERNELS``, ``VOCAB_MASK_KERNELS``)."""
@@ -470,7 +474,7 @@ class TransformerRank:
         grad_bytes = DTYPE_BYTES[self.grad_dtype]
         for layer in reversed(self.chunks[chunk]):
             if plan.recompute is Recompute.FULL:
-                self.out.compute(f"L{layer}.checkpoint", 0, 0, category="host", kernels=0)
+                self._host(f"L{layer}.checkpoint")
                 prev = self._layer_forward(layer, prev, ".recompute")
             gathered = self._fsdp_gather(f"layer{layer}", self._layer_params())
             wgrad = None
