@@ -27,7 +27,11 @@ the column-parallel GEMM ``(tokens, out/t, hidden)``, the core attention (flash,
 and the fused bias-dropout-residual add; backward a data-gradient and a weight-gradient GEMM
 per matmul. Element-wise work runs on ``tokens / t`` with sequence parallelism and on all tokens
 (replicated over TP) without. Selective recompute runs the core attention forward again before
-its backward, full recompute the whole layer (its TP collectives included).
+its backward, full recompute the whole layer (its TP collectives included). Kernel counts are
+Megatron-LM's as profiled on torch 2.11 (``benchmarks/gpu_megatron_layer.py``: 18 forward and
+45 backward per layer); the framework's own host work without kernels is a ``host`` phase: each
+micro-batch's forward and backward schedule step, each recomputed layer's checkpoint (the
+trace's ``metadata.framework`` tells the twin whose host profile to charge).
 
 After the last micro-batch: sequence-parallel parameter gradients (norms, row-parallel biases)
 are all-reduced over TP, tied embeddings over the first and last stage, then gradients over
