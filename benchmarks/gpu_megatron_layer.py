@@ -433,8 +433,8 @@ class Stage(torch.nn.Module):
 
 
 def micro_batch(stage: Stage, cfg, forward_only: bool = False):
-    """One micro-batch of the 1F1B schedule: forward step, then backward step; returns the loss
-    (its forward's end and backward's end times when ``forward_only`` is False)."""
+    """One micro-batch of the 1F1B schedule, forward step then backward step: the host seconds
+    each took to issue (the backward's 0 when ``forward_only``)."""
     t0 = time.perf_counter()
     if cfg.stage == "single":
         tokens, labels, loss_mask, mask, position_ids = stage.batch()
