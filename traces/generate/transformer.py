@@ -412,7 +412,7 @@ class TransformerRank:
         m = self.model
         T, h = self.tokens, m.hidden
         first, last = self._ends(chunk)
-        self._step("forward")
+        self._step("forward", *self.gate)
         if first:
             prev = self._memory("embedding.fwd", 2 * T * h * self.db, *self.gate, kernels=self._embedding_kernels(0))
             op = Op.ALLREDUCE if self.parallelism.embedding_allreduce or not self._sp else Op.REDUCESCATTER
@@ -434,14 +434,15 @@ class TransformerRank:
             prev = _last(prev, self._tp(Op.ALLREDUCE, f"tp-reduce.xent-{name}", prev, nbytes=T * 4, dtype="float32"))
         self.loss[micro_batch] = prev
 
-    def _host(self, name: str) -> None:
+    def _host(self, name: str, *after: int | None) -> None:
         """Host work of the framework's own, no kernels (its time: the twin's framework profile)."""
-        self.out.compute(name, 0, 0, category="host", dtype=self.model.dtype, kernels=0)
+        self.out.compute(name, 0, 0, *after, category="host", dtype=self.model.dtype, kernels=0)
 
-    def _step(self, kind: str) -> None:
+    def _step(self, kind: str, *after: int | None) -> None:
         """The schedule's host work of one forward or backward step (no kernels): buffers for
-        the exchanges, the ``torch.autograd.backward`` call (``compute.kernels.megatron_step_host_us``)."""
-        self._host(f"schedule.{kind}-step")
+        the exchanges, the ``torch.autograd.backward`` call (``compute.kernels.megatron_step_host_us``);
+        a first forward step after ``after`` (the optimizer step and parameter all-gathers)."""
+        self._host(f"schedule.{kind}-step", *after)
 
     def _embedding_kernels(self, backward: int) -> int:
         """Kernels around the embedding in one micro-batch (``EMBEDDING_KERNELS``, ``VOCAB_MASK_KERNELS``)."""
