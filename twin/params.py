@@ -344,6 +344,28 @@ class Kernels:
     speed): an eager pre-norm transformer layer's forward and backward at hidden 64 take 1,795 µs
     of host time for 55 kernels (plain ops alone cost 7-14 µs each, autograd's backward call
     ~400 µs)."""
+    megatron_host_us_per_kernel: float = _param(40.2, "µs", 0.0, 10_000.0)
+    """The same for a trace that says it runs Megatron-LM's layers (metadata ``framework``
+    ``megatron-lm``, as ``traces.generate`` writes): its layer (TP-region autograd Functions, the
+    CUDA RNG tracker's fork around each dropout, TorchScript bias-GeLU and bias-dropout-add, the
+    ``[s, b, h]`` views, transposes and copies) costs more host time per kernel than the plain
+    layer above.  ``benchmarks/gpu_megatron_layer.py`` on the H200 machine (torch 2.11,
+    ``benchmarks/data/h200-megatron-layer.json``): 63 kernels per layer forward and backward at
+    a median 38.8 µs each, where the plain layer took 30.8 µs per kernel in the same rounds;
+    scaled to the reference host by the plain layer's 32 µs: 40.2 (``python -m
+    benchmarks.megatron_host_profile`` derives this and the two below)."""
+    megatron_step_host_us: float = _param(520.0, "µs", 0.0, 100_000.0)
+    """Megatron-LM's host time per schedule step outside its kernels (a micro-batch's forward
+    step and its backward step each: receive-buffer allocation, the ``torch.autograd.backward``
+    call), on the reference host: a ``host`` phase of a Megatron trace that says no ``host_us``.
+    The same benchmark's middle-stage intercept over 1-8 layers, forward plus backward: 843-1,180
+    µs, median 998, halved and scaled like ``megatron_host_us_per_kernel``: 520."""
+    megatron_checkpoint_host_us: float = _param(986.0, "µs", 0.0, 100_000.0)
+    """Megatron-LM's full recompute per layer beyond the recomputed forward's kernels, on the
+    reference host: ``mpu.checkpoint``'s backward swapping the CPU, CUDA and tracker RNG states
+    in and out and calling ``torch.autograd.backward`` on the layer (the same benchmark, with
+    against without ``--recompute full``, same round: 881 and 1,017 µs per layer beyond 18
+    kernels at the round's host time per kernel; scaled like ``megatron_host_us_per_kernel``)."""
     optimizer_launch_us: float = _param(200.0, "µs", 0.0, 100_000.0)
     """A fused optimizer step's fixed cost (16 tensors, AdamW ``fused=True``: 216 µs at 1M
     parameters)."""

@@ -29,6 +29,7 @@ from traces.trace_file import load_trace
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.space import ConfigSpace
 from twin.compute import ComputeTimer, compute_speed, copy_ratio, phase_speed, roofline_us
+from twin.compute.timer import MEGATRON
 from twin.des import CollectiveRun, simulate
 from twin.executor import TwinExecutor
 from twin.hardware import FABRIC_KINDS, gpu_spec
@@ -263,6 +264,11 @@ def shaped(params: TwinParams) -> dict[str, float]:
             out[f"{category} {name}"] = timed(name, category=category, shape=(4, 32, 4096, 4096, 64))
     out["kernel floor"] = timed(category="memory", mem_bytes=1024, kernels=3, host_us=0.0)
     out["host per kernel"] = timed(category="gemm", shape=(16, 16, 16), kernels=4)
+    megatron = ComputeTimer(h200, None, params=params, framework=MEGATRON)
+    out["megatron host per kernel"] = megatron.time_us(ComputeEvent(0, "qkv", category="gemm", shape=(16, 16, 16),
+                                                                    kernels=4))
+    out["megatron step"] = megatron.time_us(ComputeEvent(0, "schedule.forward-step", category="host", kernels=0))
+    out["megatron checkpoint"] = megatron.time_us(ComputeEvent(0, "L0.checkpoint", category="host", kernels=0))
     out["optimizer"] = timed(category="optimizer", mem_bytes=28 << 28, host_us=0.0)
     out["grad clip"] = timed("clip_grad_norm", category="optimizer", mem_bytes=12 << 28, host_us=0.0)
     out["loss scale"] = timed("unscale", category="optimizer", mem_bytes=8 << 28, host_us=0.0)
@@ -326,6 +332,9 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("compute.attention.score_hbm_fraction", 0.3, "attention-fused-softmax attn_bwd", True),
     ("compute.kernels.floor_us", 5.0, "kernel floor", True),
     ("compute.kernels.host_us_per_kernel", 100.0, "host per kernel", True),
+    ("compute.kernels.megatron_host_us_per_kernel", 100.0, "megatron host per kernel", True),
+    ("compute.kernels.megatron_step_host_us", 2000.0, "megatron step", True),
+    ("compute.kernels.megatron_checkpoint_host_us", 2000.0, "megatron checkpoint", True),
     ("compute.kernels.optimizer_hbm_fraction", 0.5, "optimizer", True),
     ("compute.interference.gemm_beside_copy", 0.5, "gemm beside copy", False),
     ("compute.interference.copy_floor", 0.3, "copy beside add", True),
@@ -375,8 +384,8 @@ def test_names_bounds_and_units_cover_every_parameter():
     values = DEFAULT_PARAMS.to_dict()
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
     # 40 (with the host launch and stream query) + fabric kinds (19) + compute shapes (20) + fused softmax (1)
-    # + the NVLS pass (1)
-    assert len(values) == 81
+    # + the NVLS pass (1) + Megatron's host profile (3)
+    assert len(values) == 84
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

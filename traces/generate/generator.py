@@ -123,6 +123,7 @@ def _metadata(work: Workload, chosen: list[int], ranks: str | Sequence[int]) -> 
     }
     if isinstance(model, Transformer):
         meta["tokens_per_iteration"] = samples * model.seq_len
+        meta["framework"] = "megatron-lm"  # the layers' op sequence and host work (traces.generate.transformer)
     if ranks == "representative":
         replicas = plan.world_size // plan.pp
         meta["represents"] = {

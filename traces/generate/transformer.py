@@ -27,7 +27,11 @@ the column-parallel GEMM ``(tokens, out/t, hidden)``, the core attention (flash,
 and the fused bias-dropout-residual add; backward a data-gradient and a weight-gradient GEMM
 per matmul. Element-wise work runs on ``tokens / t`` with sequence parallelism and on all tokens
 (replicated over TP) without. Selective recompute runs the core attention forward again before
-its backward, full recompute the whole layer (its TP collectives included).
+its backward, full recompute the whole layer (its TP collectives included). Kernel counts are
+Megatron-LM's as profiled on torch 2.11 (``benchmarks/gpu_megatron_layer.py``: 18 forward and
+45 backward per layer); the framework's own host work without kernels is a ``host`` phase: each
+micro-batch's forward and backward schedule step, each recomputed layer's checkpoint (the
+trace's ``metadata.framework`` tells the twin whose host profile to charge).
 
 After the last micro-batch: sequence-parallel parameter gradients (norms, row-parallel biases)
 are all-reduced over TP, tied embeddings over the first and last stage, then gradients over
@@ -72,14 +76,47 @@ weight-gradient products accumulate into ``main_grad`` themselves): what makes a
 profiled with torch launch 55 kernels forward and backward (``host eager layer fwd+bwd`` in
 ``benchmarks/data/h200-compute.json``), where its products, attention, norms and element-wise
 ops alone are about 35."""
-ATTENTION_KERNELS = {"flash": (1, 3), "fused-softmax": (4, 6), "unfused": (4, 7)}
+ATTENTION_KERNELS = {"flash": (1, 3), "fused-softmax": (5, 12), "unfused": (4, 7)}
 """GPU kernels of core attention, forward and backward: FlashAttention's forward; its backward
-with the dO·O pre-pass and the dQ conversion. Fused softmax (Megatron-LM): ``baddbmm``, the
-fused scale-mask-softmax, dropout, ``bmm``; backward two matmuls per forward matmul, dropout's
-and the softmax's backward. Unfused: the same with the scale and the mask as kernels of their own."""
+with the dO·O pre-pass and the dQ conversion. Fused softmax (Megatron-LM's ``ParallelAttention``,
+as ``benchmarks/gpu_megatron_layer.py`` profiled it on torch 2.11): ``baddbmm``, the fused
+scale-mask-softmax, dropout, ``bmm`` and the context's ``permute(...).contiguous()``; backward
+two matmuls per forward matmul, the ``baddbmm`` scale, dropout's and the softmax's backward, the
+copies back through the permute and the transposed K, and the concatenation of the Q, K, V
+gradients (the split's backward). Unfused: the same with the scale and the mask as kernels of
+their own."""
+RESIDUAL_KERNELS = 3
+"""Kernels of Megatron's bias-dropout-add forward (``torch.jit.script``, training): the bias
+add, the dropout and the residual add, which TorchScript does not fuse on torch 2.11 (measured,
+``benchmarks/data/h200-megatron-layer.json``); one add for a block without bias."""
+EMBEDDING_KERNELS = (11, 6)
+"""The first stage's kernels per micro-batch around the embedding, forward and backward
+(``benchmarks/gpu_megatron_layer.py``, TP 1): ``get_batch`` (tokens and labels to the GPU, the
+causal mask's ``tril`` and compare, the loss mask, position ids), the word and position lookups,
+their sum, the ``[b, s, h] → [s, b, h]`` copy and the embedding dropout; backward the dropout's,
+the copy's and both lookups' backward and two gradient accumulations."""
+VOCAB_MASK_KERNELS = (6, 1)
+"""With TP > 1 ``VocabParallelEmbedding`` masks the tokens outside its shard (two compares, an
+or, a clone and subtract, a masked fill of the ids and of the output), forward and backward."""
+XENT_KERNELS = (19, 14)
+"""The last stage's kernels per micro-batch from the logits to the loss and back, besides the
+output layer's products and the final norm: the fp32 cast, ``_VocabParallelCrossEntropy``
+(max, subtract, target masking and gather, exp, sum, log, divide), the transposes, the loss
+mask's average and the division by the micro-batch count; backward the loss scaling, the mask
+and average's backward, the cross entropy's scatter and multiply, the casts and the copies
+(measured with ``EMBEDDING_KERNELS``: 32 forward and 28 backward outside the layers)."""
 ATTENTION_CATEGORIES = {"flash": "attention", "fused-softmax": "attention-fused-softmax",
                         "unfused": "attention-unfused"}
 """The compute category (``traces.schema.COMPUTE_CATEGORIES``) of each kind of attention."""
+
+
+def _thirds(n: int) -> tuple[int, int, int]:
+    """``n`` kernels over three phases, the first taking the remainder.
+
+    >>> _thirds(19)
+    (7, 6, 6)
+    """
+    return n - 2 * (n // 3), n // 3, n // 3
 
 
 def _last(*ids: int | None) -> int | None:
@@ -178,8 +215,11 @@ class TransformerRank:
         """Megatron's fused bias-dropout-add: x, bias and residual read, output and 1-byte mask
         written (backward: gradient and mask read, gradient written)."""
         elements = self.local * self.model.hidden
-        bias_grad = (1 + ACCUMULATE_KERNELS) if backward and self.model.bias else 0  # reduced over tokens
-        return self._memory(name, ((2 if backward else 3) * self.db + 1) * elements, *after, kernels=1 + bias_grad)
+        if not backward:
+            return self._memory(name, (3 * self.db + 1) * elements, *after,
+                                kernels=RESIDUAL_KERNELS if self.model.bias else 1)
+        bias_grad = (1 + ACCUMULATE_KERNELS) if self.model.bias else 0  # reduced over tokens
+        return self._memory(name, (2 * self.db + 1) * elements, *after, kernels=1 + bias_grad)
 
     # ---- gradient units -----------------------------------------------------------------
 
@@ -302,7 +342,7 @@ class TransformerRank:
         if self._sp:
             x = _last(x, self._tp(Op.ALLGATHER, f"sp-gather.{name}", x))
         if name == "attn":  # the column-parallel QKV adds its bias after the product (the MLP's goes into GeLU)
-            qkv = self._gemm(f"{label}.qkv{tag}", T, m.qkv_width // t, h, x, kernels=2 if m.bias else 1)
+            qkv = self._gemm(f"{label}.qkv{tag}", T, m.qkv_width // t, h, x)  # the bias in cuBLAS's epilogue
             kv = None
             if self.parallelism.cp > 1:
                 kv = self.out.collective(Op.ALLGATHER, self.kv_bytes, self.cp, m.dtype, "cp-gather.kv", qkv)
@@ -372,8 +412,9 @@ class TransformerRank:
         m = self.model
         T, h = self.tokens, m.hidden
         first, last = self._ends(chunk)
+        self._step("forward", *self.gate)
         if first:
-            prev = self._memory("embedding.fwd", 2 * T * h * self.db, *self.gate)
+            prev = self._memory("embedding.fwd", 2 * T * h * self.db, *self.gate, kernels=self._embedding_kernels(0))
             op = Op.ALLREDUCE if self.parallelism.embedding_allreduce or not self._sp else Op.REDUCESCATTER
             prev = _last(prev, self._tp(op, "tp-reduce.embedding", prev))
         else:
@@ -387,11 +428,25 @@ class TransformerRank:
         prev = self._norm("final_norm.fwd", False, prev)
         gather = self._tp(Op.ALLGATHER, "sp-gather.output", prev) if self._sp else None
         prev = self._gemm("output.fwd", T, self.vocab // self.parallelism.tp, h, _last(prev, gather))
-        for name in ("max", "target", "sum-exp"):  # vocabulary-parallel cross entropy
+        for name, kernels in zip(("max", "target", "sum-exp"), _thirds(XENT_KERNELS[0]), strict=True):
             prev = _last(prev, self._memory(f"xent.{name}", self._logits * XENT_FWD_BYTES_PER_LOGIT // 3, prev,
-                                            kernels=3))
+                                            kernels=kernels))  # vocabulary-parallel cross entropy
             prev = _last(prev, self._tp(Op.ALLREDUCE, f"tp-reduce.xent-{name}", prev, nbytes=T * 4, dtype="float32"))
         self.loss[micro_batch] = prev
+
+    def _host(self, name: str, *after: int | None) -> None:
+        """Host work of the framework's own, no kernels (its time: the twin's framework profile)."""
+        self.out.compute(name, 0, 0, *after, category="host", dtype=self.model.dtype, kernels=0)
+
+    def _step(self, kind: str, *after: int | None) -> None:
+        """The schedule's host work of one forward or backward step (no kernels): buffers for
+        the exchanges, the ``torch.autograd.backward`` call (``compute.kernels.megatron_step_host_us``);
+        a first forward step after ``after`` (the optimizer step and parameter all-gathers)."""
+        self._host(f"schedule.{kind}-step", *after)
+
+    def _embedding_kernels(self, backward: int) -> int:
+        """Kernels around the embedding in one micro-batch (``EMBEDDING_KERNELS``, ``VOCAB_MASK_KERNELS``)."""
+        return EMBEDDING_KERNELS[backward] + (VOCAB_MASK_KERNELS[backward] if self.parallelism.tp > 1 else 0)
 
     @property
     def _logits(self) -> int:
@@ -402,7 +457,8 @@ class TransformerRank:
         """Cross entropy and the output layer backward (a column-parallel matmul) and the final norm."""
         T, h, sp = self.tokens, self.model.hidden, self._sp
         shard = self.vocab // self.parallelism.tp
-        xent = self._memory("xent.bwd", self._logits * XENT_BWD_BYTES_PER_LOGIT, self.loss.pop(micro_batch), kernels=4)
+        xent = self._memory("xent.bwd", self._logits * XENT_BWD_BYTES_PER_LOGIT, self.loss.pop(micro_batch),
+                            kernels=XENT_KERNELS[1])
         regather = self._tp(Op.ALLGATHER, "sp-gather.output.input", xent) if sp else None
         dgrad = self._gemm("output.dgrad", T, h, shard, xent)
         op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
@@ -418,10 +474,12 @@ class TransformerRank:
         first, last = self._ends(chunk)
         self.reduce_now = plan.zero >= 2 or micro_batch == plan.micro_batches - 1
         T, h = self.tokens, m.hidden
+        self._step("backward")
         prev = self._output_backward(micro_batch) if last else self._receive(self._needs("B", micro_batch, chunk))
         grad_bytes = DTYPE_BYTES[self.grad_dtype]
         for layer in reversed(self.chunks[chunk]):
             if plan.recompute is Recompute.FULL:
+                self._host(f"L{layer}.checkpoint")
                 prev = self._layer_forward(layer, prev, ".recompute")
             gathered = self._fsdp_gather(f"layer{layer}", self._layer_params())
             wgrad = None
@@ -437,7 +495,7 @@ class TransformerRank:
         if first:
             grad = self._tp(Op.ALLGATHER, "sp-gather.embedding.grad", prev) if self._sp else None
             self.backward_end = self._memory("embedding.bwd", 2 * T * h * self.db, _last(prev, grad),
-                                             kernels=1 + ACCUMULATE_KERNELS)
+                                             kernels=self._embedding_kernels(1))
             self._grads_ready(("embedding",), self.backward_end)
         else:
             self.backward_end = self._send(("grad", micro_batch, chunk, self.at.pp), prev)

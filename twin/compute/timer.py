@@ -20,8 +20,17 @@ framework issues kernels no faster than that, whatever the GPU does: why small m
 slower than their FLOPs say; ``host_speed`` is the single-thread speed of the cluster's host CPU,
 ``twin.host_cpu``).  Alone, a phase takes the longer of the two (``PhaseCost.us``); in a replay
 the rank's host thread pays the host time and the GPU the GPU time (``twin.replay``).  ``host`` phases have
-host time only.  An attention phase whose name says ``backward`` or ``bwd`` is timed as the
-backward kernel; an optimizer phase whose name says ``clip`` as gradient clipping, ``scale`` or
+host time only: ``host_us`` or their measured duration.
+
+A trace whose metadata says ``framework: megatron-lm`` (``traces.generate`` writes it) runs
+Megatron-LM's layers, whose host time per kernel is ``compute.kernels.megatron_host_us_per_kernel``
+(measured on that layer, ``benchmarks/gpu_megatron_layer.py``); its ``host`` phases that say
+neither host time nor duration are the framework's own work: a schedule step
+(``megatron_step_host_us``) or, named ``checkpoint``, a recomputed layer's checkpoint Function
+(``megatron_checkpoint_host_us``), each ÷ ``host_speed``.
+
+An attention phase whose name says ``backward`` or ``bwd`` is timed as the backward kernel; an
+optimizer phase whose name says ``clip`` as gradient clipping, ``scale`` or
 ``inf`` as loss scaling, else as the step.
 
 >>> from traces.schema import ComputeEvent
@@ -56,6 +65,8 @@ from twin.hardware import GpuSpec, TopologyError, gpu_spec, peak_tflops
 from twin.params import DEFAULT_PARAMS, TwinParams
 
 DEFAULT_COMPUTE_DTYPE = "bfloat16"
+MEGATRON = "megatron-lm"
+"""The ``framework`` a trace of Megatron-LM's layers names in its metadata."""
 
 
 class ComputeError(CcltwinError):
@@ -145,12 +156,28 @@ class ComputeTimer:
     host_speed: float = 1.0
     """The host CPU's single-thread speed relative to where ``host_us_per_kernel`` was measured
     (``twin.host_cpu``): the framework's modelled host time is divided by it."""
+    framework: str | None = None
+    """The trace's ``framework`` metadata: ``megatron-lm`` takes Megatron's host profile."""
 
     @classmethod
     def for_trace(cls, trace: Trace, gpu: GpuSpec, params: TwinParams = DEFAULT_PARAMS,
                   host_speed: float = 1.0) -> ComputeTimer:
         dtype = trace.metadata.get("compute_dtype") or trace.metadata.get("dtype") or DEFAULT_COMPUTE_DTYPE
-        return cls(gpu, trace_gpu(trace), str(dtype), params, host_speed=host_speed)
+        framework = trace.metadata.get("framework")
+        return cls(gpu, trace_gpu(trace), str(dtype), params, host_speed=host_speed,
+                   framework=framework if isinstance(framework, str) else None)
+
+    @property
+    def _megatron(self) -> bool:
+        return self.framework == MEGATRON
+
+    def _framework_host_us(self, event: ComputeEvent) -> float:
+        """A ``host`` phase that says no time: the framework's own work (module docstring)."""
+        if not self._megatron:
+            return 0.0
+        kernels = self.params.compute.kernels
+        mine = kernels.megatron_checkpoint_host_us if "checkpoint" in event.name else kernels.megatron_step_host_us
+        return mine / self.host_speed
 
     def time_us(self, event: ComputeEvent) -> float:
         """The phase's time alone on ``gpu``, µs."""
@@ -167,7 +194,8 @@ class ComputeTimer:
         base = PhaseCost(0.0, event.host_us or 0.0, event.category, tuple(event.shape), dtype,
                          backward="backward" in name or "bwd" in name)
         if event.category == "host":
-            return replace(base, host_us=event.host_us if event.host_us is not None else measured or 0.0, hbm_bytes=0.0)
+            host = event.host_us if event.host_us is not None else measured
+            return replace(base, host_us=self._framework_host_us(event) if host is None else host, hbm_bytes=0.0)
         modelled = self._model(base, event, self.gpu)
         if modelled is None:
             if measured is None:
@@ -182,7 +210,8 @@ class ComputeTimer:
             there = self._model(base, event, self.source)
             gpu_us = measured * gpu_us / max(there[0], event.kernels * kernels.floor_us)
         elif measured is None and host is None:
-            host = event.kernels * kernels.host_us_per_kernel / self.host_speed
+            per_kernel = kernels.megatron_host_us_per_kernel if self._megatron else kernels.host_us_per_kernel
+            host = event.kernels * per_kernel / self.host_speed
         return replace(base, gpu_us=gpu_us, host_us=host or 0.0, hbm_bytes=hbm)
 
     def _model(self, base: PhaseCost, event: ComputeEvent, gpu: GpuSpec) -> tuple[float, float | None] | None:
