@@ -12,8 +12,9 @@ groups; those calls that share a node with a call replayed here (the seven other
 data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they load the
 network and nothing waits for them.  A shadow that does not end with the call it copies (its
 ranks sit on other NIC or PCIe paths) breaks that symmetry, and the result's notes say so.
-SendRecv calls pair the k-th call
-of a rank naming a peer with the k-th of the peer naming it.
+SendRecv calls pair as NCCL pairs them,
+per direction: the k-th send from A to B with B's k-th receive from A (a trace without directions:
+the k-th call of a rank naming a peer with the k-th of the peer naming it).
 
 Each rank's *host thread* (``_Replay._host``) issues the rank's events in trace order, each
 after its host time (``PhaseCost.host_us``: Python, autograd, the kernel launch), and a stream
@@ -399,15 +400,35 @@ def blocks_host(event) -> bool:
 
 
 def _call_keys(rank: int, events) -> dict[int, tuple]:
-    """Event id -> the call it joins: (group, k) for the k-th call of a group in issue order,
-    (None, lower rank, higher rank, k) for the k-th SendRecv between a pair (on any group)."""
+    """Event id -> the call it joins: (group, k) for the k-th call of a group in issue order;
+    for a SendRecv, as NCCL matches point-to-point operations, (None, sender, receiver, k) for
+    the k-th send from sender to receiver, which is the receiver's k-th receive from it
+    (``_pair_key``).
+
+    >>> from traces.schema import CollectiveEvent
+    >>> send = CollectiveEvent(0, Op.SENDRECV, 8, "pp", peer=1, direction="send")
+    >>> recv = CollectiveEvent(1, Op.SENDRECV, 8, "pp", peer=1, direction="recv")
+    >>> _call_keys(0, [send, recv])
+    {0: (None, 0, 1, 0), 1: (None, 1, 0, 0)}
+    """
     keys, seq = {}, defaultdict(int)
     for event in events:
         if isinstance(event, CollectiveEvent):
-            pair = (None, *sorted((rank, event.peer))) if event.op is Op.SENDRECV else (event.group,)
+            pair = _pair_key(rank, event) if event.op is Op.SENDRECV else (event.group,)
             keys[event.id] = (*pair, seq[pair])
             seq[pair] += 1
     return keys
+
+
+def _pair_key(rank: int, event: CollectiveEvent) -> tuple:
+    """Which ordered stream of point-to-point calls a SendRecv belongs to: (None, sender,
+    receiver) when the trace gives its direction, else (None, lower rank, higher rank, None):
+    both sides' calls on the pair in one order."""
+    if event.direction == "send":
+        return None, rank, event.peer
+    if event.direction == "recv":
+        return None, event.peer, rank
+    return None, *sorted((rank, event.peer)), None
 
 
 def plan_configs(plan: Plan) -> dict[Task, Config]:
