@@ -278,6 +278,9 @@ def check_fit(model: Model, plan: Parallelism, path: str | None = None) -> None:
         if plan.micro_batches % plan.pp:
             fail(f"plan.micro_batches: the interleaved schedule needs a multiple of pp = {plan.pp}, "
                  f"got {plan.micro_batches}")
+        if plan.pp < 3:
+            fail(f"plan.virtual_stages: the interleaved schedule needs pp > 2, got pp = {plan.pp} (Megatron-LM: "
+                 "with two stages one batched exchange would hold two sends and two receives between the same ranks)")
     elif plan.first_stage_layers is None and plan.last_stage_layers is None:
         divides.append(("pp", plan.pp, "layers", model.layers))
     elif plan.stage_layers(model.layers) is None:
