@@ -24,9 +24,9 @@ for it (*host wait*).  The host blocks where the framework synchronises with the
 (``blocks_host``): Megatron reads the loss-scale overflow flag and the gradient norm with
 ``.item()`` (``optimizer`` phases of kind ``scale`` and ``clip``) and ends each iteration reading
 the reduced loss (the host waits for the rank's whole iteration).  Megatron also synchronises the
-device after each pipeline exchange (``p2p_communication._communicate``); that is not modelled:
-a trace orders its SendRecvs per stream (the generator's interleaved schedule per neighbour),
-not in the one host order that blocking there needs, so blocking would deadlock such traces.
+device after each pipeline exchange (``p2p_communication._communicate``); that is not modelled
+(a trace does not say whether its framework synchronises after its point-to-point calls): the
+generator's compute waits for each exchange on the GPU instead (``traces.generate.pipeline``).
 
 Each call moves its bytes through the fluid network as one lumped transfer
 (``twin.des.engine``), so calls that overlap share links and NICs; compute phases are
