@@ -66,3 +66,23 @@ def test_every_send_of_a_generated_pipeline_meets_the_receive_of_the_same_messag
         assert sent == received and sum(map(len, sent.values())) == 2 * (4 * chunks - 1) * 8
         assert set(sent) == ({(s, s + 1) for s in range(3)} | {(s + 1, s) for s in range(3)}
                              | ({(3, 0), (0, 3)} if chunks > 1 else set()))
+
+
+def test_pipeline_sends_on_the_world_communicator_get_the_one_channel_nccl_gives_a_large_one():
+    """Megatron-LM until 2023 sent on the default process group: NCCL halves a net peer's two
+    channels (``NCCL_NCHANNELS_PER_NET_PEER``) while 2·nranks > 4·its p2p channels, so a pair in
+    a 64-rank world communicator gets one channel where the 2-rank pipeline group gets two."""
+    from benchmarks.iteration_accuracy import SELENE
+
+    channels = {}
+    for world in (False, True):
+        work = gpt_workload(hidden=1024, heads=16, layers=4, seq=1024, vocab=1024, dp=32, pp=2, micro_batch=1,
+                            global_batch=64, pipeline_on_world=world)
+        trace = generate(work)
+        groups = {e.group for r in trace.ranks for e in r.events if isinstance(e, CollectiveEvent) and e.peer}
+        assert groups == ({"world"} if world else {"pp:0"})
+        result = replay(trace, cluster_for(trace, str(SELENE)))
+        (p2p,) = [t for t in result.tasks if t.task.op is Op.SENDRECV]
+        assert p2p.task.group == "1x2"  # the two stages sit on two nodes
+        channels[world] = p2p.config.nchannels
+    assert channels == {False: 2, True: 1}

@@ -95,6 +95,7 @@ class TransformerRank:
         layout = Layout(plan)
         self.at = layout.coordinates(rank)
         self.tp, self.cp, self.pp = layout.tp_group(rank), layout.cp_group(rank), layout.pp_group(rank)
+        self.p2p = layout.world_group() if plan.pipeline_on_world and plan.pp > 1 else self.pp
         self.grad = layout.grad_group(rank)
         self.embedding = layout.embedding_group(rank) if plan.pp > 1 and model.tied_embeddings else None
         self.out = RankEvents(rank)
@@ -232,7 +233,7 @@ class TransformerRank:
         """One side of a pipeline exchange with ``peer``, on a stream per peer and direction: the
         calls of one batched exchange run at once, and each direction's run in order."""
         return self.out.collective(
-            Op.SENDRECV, self._pp_bytes, self.pp, self.model.dtype, f"pp-{direction}.{what}", *after, peer=peer,
+            Op.SENDRECV, self._pp_bytes, self.p2p, self.model.dtype, f"pp-{direction}.{what}", *after, peer=peer,
             stream=f"pp-{direction}-{peer}", direction=direction,
         )
 

@@ -240,6 +240,7 @@ def parallelism_from_dict(doc: Any, path: str | None = None, section: str = "pla
         gpus_per_node=f.integer("gpus_per_node", 8),
         virtual_stages=f.integer("virtual_stages", 1),
         scatter_gather_pipeline=f.flag("scatter_gather_pipeline", True),
+        pipeline_on_world=f.flag("pipeline_on_world", False),
     )
     world = f.integer("world_size", None, nullable=True)
     if world is not None and world != plan.world_size:
