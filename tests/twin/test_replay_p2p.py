@@ -67,3 +67,21 @@ def test_directions_survive_the_trace_file(tmp_path):
     save_trace(_exchange_trace(10.0, 10.0), path)
     events = [e for r in load_trace(path).ranks for e in r.events if isinstance(e, CollectiveEvent)]
     assert [e.direction for e in events] == ["send", "recv", "send", "recv"]
+
+
+def _synchronised_exchange(syncs: bool) -> Trace:
+    """Rank 0 computes, sends, then issues a phase whose host time is 500 µs; rank 1 receives."""
+    rank0 = (ComputeEvent(0, "produce", duration_us=1000.0, host_us=0.0), _p2p(1, 1, "send", "pp-send", 0),
+             ComputeEvent(2, "next", duration_us=10.0, host_us=500.0))
+    rank1 = (_p2p(0, 0, "recv", "pp-recv"), ComputeEvent(1, "consume", duration_us=10.0, host_us=0.0, after=(0,)))
+    return Trace(2, (ProcessGroup("pp", (0, 1)),), (RankTrace(0, rank0), RankTrace(1, rank1)), "test",
+                 {"host_syncs_after_p2p": True} if syncs else {})
+
+
+def test_where_the_framework_synchronises_after_an_exchange_the_host_waits_for_it(h100):
+    """Megatron-LM's torch.cuda.synchronize() after each batched exchange: the host issues the next
+    phase only once the send is done, so its 500 µs of host time follow the 1 ms phase instead of
+    hiding under it."""
+    free, synchronised = (replay(_synchronised_exchange(s), h100).mean_iteration_us for s in (False, True))
+    assert free < 1000.0 + 100.0
+    assert synchronised >= 1000.0 + 500.0

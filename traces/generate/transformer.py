@@ -237,10 +237,8 @@ class TransformerRank:
             stream=f"pp-{direction}-{peer}", direction=direction,
         )
 
-    def _pp_recv(self, what: str, peer: int, *after: int | None) -> int | None:
-        """Receive activations (or their gradient) from ``peer``; without sequence parallelism the
-        split received is all-gathered over TP."""
-        recv = self._pp_call("recv", what, peer, *after)
+    def _pp_gather(self, what: str, recv: int | None) -> int | None:
+        """Without sequence parallelism the split received is all-gathered over TP (after the exchange)."""
         if self._pp_split and not self._sp:
             return _last(recv, self._tp(Op.ALLGATHER, f"pp-gather.{what}", recv))
         return recv
@@ -269,8 +267,11 @@ class TransformerRank:
             if (first if kind == "F" else last):
                 continue
             message = self._needs(kind, micro_batch, chunk)
-            self.received[message] = self._pp_recv(message[0], self.pp.ranks[message[3]], self.out.last_compute,
-                                                   *self.gate)
+            self.received[message] = self._pp_call("recv", message[0], self.pp.ranks[message[3]],
+                                                   self.out.last_compute, *self.gate)
+            self.exchange.append(self.received[message])
+        for message in [m for m in self.received if self.received[m] in self.exchange]:
+            self.received[message] = self._pp_gather(message[0], self.received[message])
             self.exchange.append(self.received[message])
         self.out.wait_all(self.exchange)
         self.exchange = []

@@ -24,9 +24,10 @@ for it (*host wait*).  The host blocks where the framework synchronises with the
 (``blocks_host``): Megatron reads the loss-scale overflow flag and the gradient norm with
 ``.item()`` (``optimizer`` phases of kind ``scale`` and ``clip``) and ends each iteration reading
 the reduced loss (the host waits for the rank's whole iteration).  Megatron also synchronises the
-device after each pipeline exchange (``p2p_communication._communicate``); that is not modelled
-(a trace does not say whether its framework synchronises after its point-to-point calls): the
-generator's compute waits for each exchange on the GPU instead (``traces.generate.pipeline``).
+device after each batched pipeline exchange (``p2p_communication._communicate``:
+``batch_isend_irecv``, ``wait``, ``torch.cuda.synchronize()``): where the trace's metadata says
+so (``host_syncs_after_p2p``, as the generator's Megatron traces do), the host waits for each run
+of SendRecvs it issued back to back before it issues the next event.
 
 Each call moves its bytes through the fluid network as one lumped transfer
 (``twin.des.engine``), so calls that overlap share links and NICs; compute phases are
@@ -113,6 +114,7 @@ class _Replay:
         self.awaiting_host: dict[tuple[int, int], simpy.Event] = {}  # streams waiting for an issue
         self.costs: dict[tuple[int, int], PhaseCost] = {}
         self.unlike: set[tuple[int, ...]] = set()
+        self.p2p_syncs = bool(trace.metadata.get("host_syncs_after_p2p"))
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -180,11 +182,12 @@ class _Replay:
 
     def _host(self, rank: int, events: list):
         """Issue the rank's events in order, each ``host_us`` after the one before, blocking where
-        the framework synchronises with the GPU (``blocks_host``) and at each iteration's end.
+        the framework synchronises with the GPU (``blocks_host``; after each run of SendRecvs
+        where the trace says its framework does) and at each iteration's end.
 
         Issue times are set a stretch at a time (up to the next block), so an event costs the
         host no SimPy event of its own; a stream that reaches an event not yet set waits."""
-        now, pending, syncs, first = self.env.now, [], [], 0
+        now, pending, syncs, first, exchange = self.env.now, [], [], 0, []
         for i, event in enumerate(events):
             key = (rank, event.id)
             if isinstance(event, ComputeEvent):
@@ -194,6 +197,10 @@ class _Replay:
             pending.append(key)
             if blocks_host(event):
                 syncs.append(self.done[key])
+            if self.p2p_syncs and _exchanging(event):  # a batch of pipeline sends and receives
+                exchange.append(self.done[key])
+                if i + 1 == len(events) or not _exchanging(events[i + 1]):
+                    syncs, exchange = syncs + exchange, []
             last = i + 1 == len(events) or events[i + 1].iteration != event.iteration
             if last or syncs:
                 for waiting in pending:
@@ -397,6 +404,11 @@ def blocks_host(event) -> bool:
     """
     return (isinstance(event, ComputeEvent) and event.category == "optimizer"
             and optimizer_kind(event.name) in ("clip", "scale"))
+
+
+def _exchanging(event) -> bool:
+    """A point-to-point call (a side of a pipeline exchange)."""
+    return isinstance(event, CollectiveEvent) and event.op is Op.SENDRECV
 
 
 def _call_keys(rank: int, events) -> dict[int, tuple]:
