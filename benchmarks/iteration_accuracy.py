@@ -9,7 +9,8 @@ Single node: the development quarter of vTrain's measured Megatron-DeepSpeed run
 8×A100 node (``benchmarks/data/vtrain-a100-single-node-dev.csv``), predicted on the ``dgx-a100``
 preset. Multi-node: the SC'21 Megatron-LM runs on Selene (``megatron-sc21-table1.csv``,
 iteration times derived from the published teraFLOP/s), predicted on ``benchmarks/clusters/
-selene.yaml``. Each row is generated from its model and plan (``traces.generate.gpt``) and
+selene.yaml``, with pipeline sends on the world communicator as the paper's Megatron-LM sent them.
+Each row is generated from its model and plan (``traces.generate.gpt``) and
 replayed with NCCL's default configurations, as ``ccltwin predict --no-tuned`` does. Prints the
 mean and median absolute percentage error, the signed error (negative: predicted too fast) per
 hidden size, and the worst rows.
@@ -104,7 +105,7 @@ def multi_node() -> list[Row]:
         out.append(_predict(f"{size:g}B tp{int(tp)} pp{int(pp)} dp{dp} v{int(vpp)} on {int(gpus)}", str(SELENE), ms,
                             hidden=int(h), heads=int(heads), layers=int(layers), seq=SC21_SEQ, vocab=SC21_VOCAB,
                             tp=int(tp), dp=dp, pp=int(pp), vpp=int(vpp), micro_batch=int(mbs), global_batch=int(gbs),
-                            recompute="full"))
+                            recompute="full", pipeline_on_world=True))
     return out
 
 

@@ -12,7 +12,9 @@ that CUDA streams obey:
 Collectives also synchronise across ranks: the k-th collective of a group on each member
 rank is the same call (NCCL requires every rank to issue a communicator's collectives in
 the same order), so all members must agree on its op, size and dtype. Send/receive pairs
-(``Op.SENDRECV`` with a ``peer``) are matched per pair instead. The file format is in
+(``Op.SENDRECV`` with a ``peer``) are matched per direction as NCCL matches them: the k-th
+send from A to B is the k-th receive on B from A (per pair in order where the trace gives no
+``direction``). The file format is in
 docs/trace-format.md; ``traces.trace_file`` reads and writes it.
 """
 
@@ -27,7 +29,8 @@ from typing import Any
 from traces.errors import TraceError
 from traces.task import DTYPE_BYTES, Op, Task
 
-__all__ = ["MAX_WORLD_SIZE", "CollectiveEvent", "ComputeEvent", "Event", "ProcessGroup", "RankTrace", "Trace"]
+__all__ = ["DIRECTIONS", "MAX_WORLD_SIZE", "CollectiveEvent", "ComputeEvent", "Event", "ProcessGroup", "RankTrace",
+           "Trace"]
 
 
 MAX_WORLD_SIZE = 1 << 20
@@ -55,9 +58,10 @@ class CollectiveEvent:
     ``nbytes`` follows nccl-tests (see ``traces.task``), ``None`` when the source did not record
     it (such calls replay with their measured times and are left out of ``Trace.tasks``);
     ``root`` is the global root rank of
-    Broadcast/Reduce, ``peer`` the other global rank of a SendRecv. Times are µs on this
-    rank's clock, when measured; ``duration_us`` is a measured duration where the source
-    has one but no exact start and end (flight recorder).
+    Broadcast/Reduce, ``peer`` the other global rank of a SendRecv and ``direction`` whether
+    this rank sends to it or receives from it (``"send"``/``"recv"``; ``None`` when the source
+    does not say). Times are µs on this rank's clock, when measured; ``duration_us`` is a
+    measured duration where the source has one but no exact start and end (flight recorder).
     """
 
     id: int
@@ -74,6 +78,11 @@ class CollectiveEvent:
     root: int | None = None
     peer: int | None = None
     duration_us: float | None = None
+    direction: str | None = None
+
+
+DIRECTIONS = ("send", "recv")
+"""What a SendRecv's ``direction`` may name."""
 
 
 @dataclass(frozen=True)
@@ -280,8 +289,11 @@ def _validate_events(rank: RankTrace, groups: dict[str, ProcessGroup], path: str
                 event.peer in group.ranks and event.peer != rank.rank,
                 f"sendrecv needs a peer in group {event.group!r} other than itself, got {event.peer}",
             )
+            check(event.direction is None or event.direction in DIRECTIONS,
+                  f"direction must be one of {', '.join(DIRECTIONS)}, got {event.direction!r}")
         else:
             check(event.peer is None, "only sendrecv has a peer")
+            check(event.direction is None, "only sendrecv has a direction")
         check(
             event.root is None or event.root in group.ranks,
             f"root {event.root} is not in group {event.group!r}",

@@ -192,6 +192,7 @@ _COLLECTIVE_DEFAULTS = {
     "name": None,
     "root": None,
     "peer": None,
+    "direction": None,
 }
 _COMPUTE_DEFAULTS = {
     "stream": "compute",
@@ -227,6 +228,7 @@ def _event_to_dict(event: Event) -> dict[str, Any]:
             "name": event.name,
             "root": event.root,
             "peer": event.peer,
+            "direction": event.direction,
             "duration_us": event.duration_us,
         }
         return _drop_defaults(fields, _COLLECTIVE_DEFAULTS)
@@ -431,6 +433,7 @@ def _event(obj: Any, path: str | None, rank: int, index: int) -> Event:
         name=event.get("name", "str", nullable=True),
         root=event.get("root", "int", nullable=True),
         peer=event.get("peer", "int", nullable=True),
+        direction=event.get("direction", "str", nullable=True),
         duration_us=event.get("duration_us", "number", nullable=True),
         **common,
     )

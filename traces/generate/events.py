@@ -22,6 +22,13 @@ class RankEvents:
         self.events: list[Event] = []
         self.groups: dict[str, ProcessGroup] = {}
         self.iteration = 0
+        self.last_compute: int | None = None
+        self.barrier: tuple[int | None, ...] = ()
+
+    def wait_all(self, events: list[int | None]) -> None:
+        """Make the compute stream wait for ``events`` (``torch.cuda.Stream.wait_event``): the next
+        compute phase lists them in its ``after``."""
+        self.barrier = (*self.barrier, *events)
 
     @staticmethod
     def _deps(after: tuple[int | None, ...]) -> tuple[int, ...]:
@@ -35,6 +42,9 @@ class RankEvents:
     ) -> int:
         """Add a compute phase (what it is: ``traces.schema.COMPUTE_CATEGORIES``); returns its id."""
         event_id = len(self.events)
+        if self.barrier:
+            after, self.barrier = (*after, *self.barrier), ()
+        self.last_compute = event_id
         self.events.append(
             ComputeEvent(
                 id=event_id,
@@ -61,6 +71,7 @@ class RankEvents:
         *after: int | None,
         peer: int | None = None,
         stream: str | None = None,
+        direction: str | None = None,
     ) -> int | None:
         """Add a collective on ``group`` (on ``stream``, by default the group's kind); returns its id.
 
@@ -83,6 +94,7 @@ class RankEvents:
                 after=self._deps(after),
                 name=name,
                 peer=peer,
+                direction=direction,
             )
         )
         return event_id

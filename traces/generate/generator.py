@@ -124,6 +124,8 @@ def _metadata(work: Workload, chosen: list[int], ranks: str | Sequence[int]) -> 
     if isinstance(model, Transformer):
         meta["tokens_per_iteration"] = samples * model.seq_len
         meta["framework"] = "megatron-lm"  # the layers' op sequence and host work (traces.generate.transformer)
+        if plan.pp > 1:  # Megatron-LM's p2p_communication._communicate: torch.cuda.synchronize() after each batch
+            meta["host_syncs_after_p2p"] = True
     if ranks == "representative":
         replicas = plan.world_size // plan.pp
         meta["represents"] = {

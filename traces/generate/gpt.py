@@ -28,7 +28,8 @@ GPT2_VOCAB = 50257
 def gpt_workload(*, hidden: int, heads: int, layers: int, seq: int, vocab: int = GPT2_VOCAB, tp: int = 1,
                  dp: int = 1, pp: int = 1, vpp: int = 1, micro_batch: int = 1, global_batch: int | None = None,
                  recompute: str = "none", sequence_parallel: bool = False, zero: int = 0,
-                 dtype: str = "float16", attention: str = "fused-softmax") -> Workload:
+                 dtype: str = "float16", attention: str = "fused-softmax",
+                 pipeline_on_world: bool = False) -> Workload:
     """The workload; ``WorkloadError`` names the number the plan cannot split."""
     for name, value in (("hidden", hidden), ("heads", heads), ("layers", layers), ("seq", seq), ("vocab", vocab),
                         ("tp", tp), ("dp", dp), ("pp", pp), ("vpp", vpp), ("micro-batch", micro_batch)):
@@ -47,7 +48,7 @@ def gpt_workload(*, hidden: int, heads: int, layers: int, seq: int, vocab: int =
                         norm="layernorm", bias=True, tied_embeddings=True, attention=attention)
     plan = Parallelism(dp=dp, tp=tp, pp=pp, virtual_stages=vpp, sequence_parallel=sequence_parallel, zero=zero,
                        micro_batches=batch // per_step, micro_batch_size=micro_batch, recompute=Recompute(recompute),
-                       grad_dtype="float32" if zero else None)
+                       grad_dtype="float32" if zero else None, pipeline_on_world=pipeline_on_world)
     check_fit(model, plan)
     name = f"gpt-h{hidden}-l{layers}-tp{tp}dp{dp}pp{pp}" + (f"v{vpp}" if vpp > 1 else "")
     return Workload(name, model, plan, f"GPT {model.params() / 1e9:.2f}B, global batch {batch}")

@@ -78,6 +78,10 @@ class Parallelism:
     scatter_gather_pipeline: bool = True
     """Without sequence parallelism, each TP rank sends 1/tp of the activations to the next stage,
     which all-gathers them over TP (Megatron's ``scatter_gather_tensors_in_pipeline``)."""
+    pipeline_on_world: bool = False
+    """Pipeline sends on the default (world) process group, as Megatron-LM issued them until 2023
+    (``megatron/p2p_communication.py``: ``P2POp`` without a group): NCCL's world communicator,
+    whose size sets the channels each peer gets; ``False``: on the pipeline group (Megatron Core)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", PipelineSchedule(self.schedule))
@@ -179,6 +183,9 @@ class Layout:
         if self.parallelism.cp > 1:
             return self._group("dp-cp", rank, ("dp", "cp"))
         return self._group("dp", rank, ("dp",))
+
+    def world_group(self) -> ProcessGroup:
+        return ProcessGroup(id="world", ranks=tuple(range(self.parallelism.world_size)), name="world")
 
     def embedding_group(self, rank: int) -> ProcessGroup:
         """First and last pipeline stage of a rank's pipeline, which share tied embeddings."""

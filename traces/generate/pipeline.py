@@ -1,18 +1,20 @@
-"""Pipeline schedules: the order a stage runs its forwards and backwards, and the order the
-activations and gradients between two stages go when chunks are interleaved.
+"""Pipeline schedules: the order a stage runs its forwards and backwards, grouped into the steps
+between which Megatron-LM exchanges activations and gradients with the neighbouring stages.
 
-1F1B and GPipe exchange with a neighbour in the same steps on both sides (Megatron batches
-each step's sends and receives), so a stage's issue order pairs with its neighbour's. Under
-the interleaved schedule the stages' warm-ups differ, so the messages between two stages are
-put in one order both agree on: the order they are produced in an ideal run of the schedule
-(a forward takes 1, a backward 2), in which every message is produced before it is needed.
+Megatron-LM (``megatron/schedules.py``, 2021, and ``core/pipeline_parallel/schedules.py`` with
+``overlap_p2p_comm`` off) runs a step, then one batched exchange (``batch_isend_irecv``, then
+``wait`` and ``torch.cuda.synchronize``): it sends what the step produced and receives what the
+next step consumes. 1F1B exchanges after every forward and every backward; the interleaved
+schedule after each warm-up forward, each steady-state forward-and-backward pair and each
+cool-down backward. Point-to-point calls pair per direction in order (NCCL), and each direction
+carries its messages in the order they are produced, which is the order they are consumed.
 """
 
 from __future__ import annotations
 
 from traces.generate.parallelism import PipelineSchedule
 
-__all__ = ["Message", "interleaved_order", "message_order", "pipeline_order"]
+__all__ = ["Message", "interleaved_order", "needs", "pipeline_order", "pipeline_steps"]
 
 Message = tuple[str, int, int, int]
 """("act"|"grad", micro-batch, chunk that produced it, stage that produced it)."""
@@ -42,7 +44,7 @@ def interleaved_order(stages: int, stage: int, micro_batches: int, chunks: int) 
     [('F', 0, 0), ('F', 1, 0), ('F', 0, 1), ('F', 1, 1), ('B', 0, 1), ('B', 1, 1), ('B', 0, 0), ('B', 1, 0)]
     """
     total, group = micro_batches * chunks, stages * chunks
-    warmup = total if micro_batches == stages else min((stages - stage - 1) * 2 + (chunks - 1) * stages, total)
+    warmup = _interleaved_warmup(stages, stage, micro_batches, chunks)
 
     def at(k: int, kind: str) -> tuple[str, int, int]:
         chunk = (k % group) // stages
@@ -52,6 +54,12 @@ def interleaved_order(stages: int, stage: int, micro_batches: int, chunks: int) 
     for k in range(total - warmup):
         order += [at(warmup + k, "F"), at(k, "B")]
     return order + [at(k, "B") for k in range(total - warmup, total)]
+
+
+def _interleaved_warmup(stages: int, stage: int, micro_batches: int, chunks: int) -> int:
+    """Megatron's warm-up forwards of ``stage`` under the interleaved schedule."""
+    total = micro_batches * chunks
+    return total if micro_batches == stages else min((stages - stage - 1) * 2 + (chunks - 1) * stages, total)
 
 
 def needs(kind: str, micro_batch: int, chunk: int, stage: int, stages: int, chunks: int) -> Message | None:
@@ -65,38 +73,20 @@ def needs(kind: str, micro_batch: int, chunk: int, stage: int, stages: int, chun
     return ("grad", micro_batch, chunk, stage + 1) if stage < stages - 1 else ("grad", micro_batch, chunk + 1, 0)
 
 
-def message_order(stages: int, micro_batches: int, chunks: int) -> dict[tuple[int, int], list[Message]]:
-    """Per pair of neighbouring stages (lower first), the messages between them in the order they
-    are produced in an ideal run of the interleaved schedule.
+def pipeline_steps(schedule: PipelineSchedule, stages: int, stage: int, micro_batches: int,
+                   chunks: int = 1) -> list[list[tuple[str, int, int]]]:
+    """("F"|"B", micro-batch, model chunk) in the order ``stage`` runs them, cut into the steps
+    between exchanges: one forward or backward each, or under the interleaved schedule
+    (``chunks`` > 1) each steady-state forward with the backward that follows it.
 
-    >>> message_order(2, 2, 2)[(0, 1)][:3]
-    [('act', 0, 0, 0), ('act', 1, 0, 0), ('act', 0, 0, 1)]
+    >>> pipeline_steps(PipelineSchedule.ONE_F_ONE_B, 4, 2, 8, 2)[5:8]  # 6 warm-up forwards
+    [[('F', 1, 1)], [('F', 2, 1), ('B', 0, 1)], [('F', 3, 1), ('B', 1, 1)]]
     """
-    orders = [interleaved_order(stages, s, micro_batches, chunks) for s in range(stages)]
-    done: dict[tuple[str, int, int, int], float] = {}  # (kind, micro-batch, chunk, stage) → end time
-    clock, position = [0.0] * stages, [0] * stages
-    produced: list[tuple[float, Message]] = []
-    while any(position[s] < len(orders[s]) for s in range(stages)):
-        progressed = False
-        for s in range(stages):
-            while position[s] < len(orders[s]):
-                kind, j, c = orders[s][position[s]]
-                need = needs(kind, j, c, s, stages, chunks)
-                key = need and ("F" if need[0] == "act" else "B", need[1], need[2], need[3])
-                if key is not None and key not in done:
-                    break
-                start = max(clock[s], done[key] if key else 0.0)
-                clock[s] = done[(kind, j, c, s)] = start + (1.0 if kind == "F" else 2.0)
-                position[s] += 1
-                progressed = True
-                last_f, first_b = (s == stages - 1 and c == chunks - 1), (s == 0 and c == 0)
-                if not (kind == "F" and last_f) and not (kind == "B" and first_b):
-                    produced.append((clock[s], ("act" if kind == "F" else "grad", j, c, s)))
-        if not progressed:
-            raise AssertionError("the interleaved schedule cannot run")  # a bug, not bad input
-    pairs: dict[tuple[int, int], list[Message]] = {}
-    for _, message in sorted(produced, key=lambda item: (item[0], item[1][3], item[1])):
-        sender = message[3]
-        receiver = (sender + (1 if message[0] == "act" else -1)) % stages
-        pairs.setdefault((min(sender, receiver), max(sender, receiver)), []).append(message)
-    return pairs
+    if chunks == 1:
+        return [[(kind, j, 0)] for kind, j in pipeline_order(schedule, stages, stage, micro_batches)]
+    order = interleaved_order(stages, stage, micro_batches, chunks)
+    warmup = _interleaved_warmup(stages, stage, micro_batches, chunks)
+    steady = len(order) - 2 * warmup
+    return ([[item] for item in order[:warmup]]
+            + [order[warmup + 2 * k:warmup + 2 * k + 2] for k in range(steady // 2)]
+            + [[item] for item in order[warmup + steady:]])

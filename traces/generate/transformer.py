@@ -47,7 +47,7 @@ from traces.generate.buckets import Bucket, GradUnit, assign_buckets
 from traces.generate.events import RankEvents
 from traces.generate.model import Transformer
 from traces.generate.parallelism import Layout, Parallelism, Recompute
-from traces.generate.pipeline import Message, interleaved_order, message_order, needs, pipeline_order
+from traces.generate.pipeline import Message, needs, pipeline_order, pipeline_steps
 from traces.generate.workload import WorkloadError
 from traces.task import DTYPE_BYTES, Op
 
@@ -132,6 +132,7 @@ class TransformerRank:
         layout = Layout(plan)
         self.at = layout.coordinates(rank)
         self.tp, self.cp, self.pp = layout.tp_group(rank), layout.cp_group(rank), layout.pp_group(rank)
+        self.p2p = layout.world_group() if plan.pipeline_on_world and plan.pp > 1 else self.pp
         self.grad = layout.grad_group(rank)
         self.embedding = layout.embedding_group(rank) if plan.pp > 1 and model.tied_embeddings else None
         self.out = RankEvents(rank)
@@ -153,9 +154,10 @@ class TransformerRank:
         self.gate: tuple[int | None, ...] = ()  # what the next iteration's first event waits for
         self.step: int | None = None  # the last optimizer step
         self.loss: dict[int, int | None] = {}  # micro-batch → the last stage's loss
-        self.queues: dict[int, list[Message]] = {}  # interleaved: neighbour stage → messages in agreed order
-        self.cursor: dict[int, int] = {}
-        self.received: dict[Message, int | None] = {}
+        self.received: dict[Message, int | None] = {}  # posted receives → what their consumer waits for
+        self.exchange: list[int | None] = []  # the pipeline exchange being batched (Megatron's batch_isend_irecv)
+        self.held: list[Message] = []  # sends that wait for the end of the step (a forward before its backward)
+        self.hold_sends = False
         self.backward_end: int | None = None
         self.reductions: list[int | None] = []
         self.reduce_now = False  # whether this micro-batch's backward reduces gradients
@@ -267,56 +269,52 @@ class TransformerRank:
     def _pp_bytes(self) -> int:
         return self.act_bytes // self.parallelism.tp if self._pp_split else self.act_bytes
 
-    def _pp_stream(self, peer: int) -> str | None:
-        """Interleaved chunks: one stream per neighbour, as Megatron's batched sends and receives
-        to both neighbours progress at once; otherwise the group's."""
-        return f"pp-{peer}" if self.parallelism.virtual_stages > 1 else None
-
-    def _pp_recv(self, what: str, peer: int, *after: int | None) -> int | None:
-        """Receive activations (or their gradient) from ``peer``; without sequence parallelism the
-        split received is all-gathered over TP."""
-        recv = self.out.collective(
-            Op.SENDRECV, self._pp_bytes, self.pp, self.model.dtype, f"pp-recv.{what}", *after, peer=peer,
-            stream=self._pp_stream(peer),
+    def _pp_call(self, direction: str, what: str, peer: int, *after: int | None) -> int | None:
+        """One side of a pipeline exchange with ``peer``, on a stream per peer and direction: the
+        calls of one batched exchange run at once, and each direction's run in order."""
+        return self.out.collective(
+            Op.SENDRECV, self._pp_bytes, self.p2p, self.model.dtype, f"pp-{direction}.{what}", *after, peer=peer,
+            stream=f"pp-{direction}-{peer}", direction=direction,
         )
+
+    def _pp_gather(self, what: str, recv: int | None) -> int | None:
+        """Without sequence parallelism the split received is all-gathered over TP (after the exchange)."""
         if self._pp_split and not self._sp:
             return _last(recv, self._tp(Op.ALLGATHER, f"pp-gather.{what}", recv))
         return recv
 
-    def _pp_send(self, what: str, peer: int, after: int | None) -> int | None:
-        return self.out.collective(
-            Op.SENDRECV, self._pp_bytes, self.pp, self.model.dtype, f"pp-send.{what}", after, peer=peer,
-            stream=self._pp_stream(peer),
-        )
-
-    def _receive(self, message: Message, *after: int | None) -> int | None:
-        """The event delivering ``message`` from the stage that produced it."""
-        if self.parallelism.virtual_stages == 1:
-            return self._pp_recv(message[0], self.pp.ranks[message[3]], *after)
-        if message not in self.received:
-            self._exchange(message[3], message, after)
-        return self.received.pop(message)
-
     def _send(self, message: Message, after: int | None) -> int | None:
+        """Send what this stage produced to the stage that consumes it, in this step's exchange
+        (held to the end of the step when a backward follows in it)."""
+        if self.hold_sends:
+            self.held.append(message)
+            return None
         receiver = (message[3] + (1 if message[0] == "act" else -1)) % self.parallelism.pp
-        if self.parallelism.virtual_stages == 1:
-            return self._pp_send(message[0], self.pp.ranks[receiver], after)
-        return self._exchange(receiver, message, (after,))
+        send = self._pp_call("send", message[0], self.pp.ranks[receiver], after)
+        self.exchange.append(send)
+        return send
 
-    def _exchange(self, peer: int, target: Message, after: tuple[int | None, ...]) -> int | None:
-        """Interleaved chunks: issue the messages with stage ``peer`` in the order both agree on
-        (``message_order``) up to ``target``; receives that come first are issued early."""
-        queue = self.queues[peer]
-        while True:
-            message = queue[self.cursor[peer]]
-            self.cursor[peer] += 1
-            if message[3] == self.at.pp:
-                if message != target:
-                    raise AssertionError(f"{target} sent out of the agreed order (expected {message})")
-                return self._pp_send(message[0], self.pp.ranks[peer], *after)
-            self.received[message] = self._pp_recv(message[0], self.pp.ranks[peer], *after)
-            if message == target:
-                return None
+    def _exchange_before(self, step: list[tuple[str, int, int]]) -> None:
+        """Megatron's batched exchange between two steps: the sends of the step before (issued as
+        it produced them) and the receives of what ``step`` consumes, posted once the step before
+        has computed; the compute stream then waits for all of them (``wait``, then
+        ``torch.cuda.synchronize``)."""
+        self.hold_sends, held, self.held = False, self.held, []
+        for message in held:
+            self._send(message, self.out.last_compute)
+        for kind, micro_batch, chunk in step:
+            first, last = self._ends(chunk)
+            if (first if kind == "F" else last):
+                continue
+            message = self._needs(kind, micro_batch, chunk)
+            self.received[message] = self._pp_call("recv", message[0], self.pp.ranks[message[3]],
+                                                   self.out.last_compute, *self.gate)
+            self.exchange.append(self.received[message])
+        for message in [m for m in self.received if self.received[m] in self.exchange]:
+            self.received[message] = self._pp_gather(message[0], self.received[message])
+            self.exchange.append(self.received[message])
+        self.out.wait_all(self.exchange)
+        self.exchange = []
 
     def _needs(self, kind: str, micro_batch: int, chunk: int) -> Message:
         need = needs(kind, micro_batch, chunk, self.at.pp, self.parallelism.pp, len(self.chunks))
@@ -418,7 +416,7 @@ class TransformerRank:
             op = Op.ALLREDUCE if self.parallelism.embedding_allreduce or not self._sp else Op.REDUCESCATTER
             prev = _last(prev, self._tp(op, "tp-reduce.embedding", prev))
         else:
-            prev = self._receive(self._needs("F", micro_batch, chunk), *self.gate)
+            prev = self.received.pop(self._needs("F", micro_batch, chunk))
         self.gate = ()
         for layer in self.chunks[chunk]:
             prev = self._layer_forward(layer, prev)
@@ -475,7 +473,7 @@ class TransformerRank:
         self.reduce_now = plan.zero >= 2 or micro_batch == plan.micro_batches - 1
         T, h = self.tokens, m.hidden
         self._step("backward")
-        prev = self._output_backward(micro_batch) if last else self._receive(self._needs("B", micro_batch, chunk))
+        prev = self._output_backward(micro_batch) if last else self.received.pop(self._needs("B", micro_batch, chunk))
         grad_bytes = DTYPE_BYTES[self.grad_dtype]
         for layer in reversed(self.chunks[chunk]):
             if plan.recompute is Recompute.FULL:
@@ -563,20 +561,17 @@ class TransformerRank:
 
     def build(self, iterations: int) -> RankEvents:
         plan = self.parallelism
-        if plan.virtual_stages > 1:
-            order = interleaved_order(plan.pp, self.at.pp, plan.micro_batches, plan.virtual_stages)
-            pairs = message_order(plan.pp, plan.micro_batches, plan.virtual_stages)
-            stage = self.at.pp
-            self.queues = {(set(pair) - {stage}).pop(): messages for pair, messages in pairs.items() if stage in pair}
-        else:
-            order = [(kind, j, 0) for kind, j in pipeline_order(plan.schedule, plan.pp, self.at.pp, plan.micro_batches)]
+        steps = pipeline_steps(plan.schedule, plan.pp, self.at.pp, plan.micro_batches, plan.virtual_stages)
         for iteration in range(iterations):
             self.out.iteration = iteration
-            self.cursor = dict.fromkeys(self.queues, 0)
-            for kind, micro_batch, chunk in order:
-                if kind == "F":
-                    self.forward(micro_batch, chunk)
-                else:
-                    self.backward(micro_batch, chunk)
+            for step in steps:
+                self._exchange_before(step)
+                for kind, micro_batch, chunk in step:
+                    self.hold_sends = kind == "F" and len(step) > 1
+                    if kind == "F":
+                        self.forward(micro_batch, chunk)
+                    else:
+                        self.backward(micro_batch, chunk)
+            self._exchange_before([])
             self.finish_iteration()
         return self.out

@@ -240,6 +240,7 @@ def parallelism_from_dict(doc: Any, path: str | None = None, section: str = "pla
         gpus_per_node=f.integer("gpus_per_node", 8),
         virtual_stages=f.integer("virtual_stages", 1),
         scatter_gather_pipeline=f.flag("scatter_gather_pipeline", True),
+        pipeline_on_world=f.flag("pipeline_on_world", False),
     )
     world = f.integer("world_size", None, nullable=True)
     if world is not None and world != plan.world_size:
@@ -278,6 +279,9 @@ def check_fit(model: Model, plan: Parallelism, path: str | None = None) -> None:
         if plan.micro_batches % plan.pp:
             fail(f"plan.micro_batches: the interleaved schedule needs a multiple of pp = {plan.pp}, "
                  f"got {plan.micro_batches}")
+        if plan.pp < 3:
+            fail(f"plan.virtual_stages: the interleaved schedule needs pp > 2, got pp = {plan.pp} (Megatron-LM: "
+                 "with two stages one batched exchange would hold two sends and two receives between the same ranks)")
     elif plan.first_stage_layers is None and plan.last_stage_layers is None:
         divides.append(("pp", plan.pp, "layers", model.layers))
     elif plan.stage_layers(model.layers) is None:

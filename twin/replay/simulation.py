@@ -12,8 +12,9 @@ groups; those calls that share a node with a call replayed here (the seven other
 data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they load the
 network and nothing waits for them.  A shadow that does not end with the call it copies (its
 ranks sit on other NIC or PCIe paths) breaks that symmetry, and the result's notes say so.
-SendRecv calls pair the k-th call
-of a rank naming a peer with the k-th of the peer naming it.
+SendRecv calls pair as NCCL pairs them,
+per direction: the k-th send from A to B with B's k-th receive from A (a trace without directions:
+the k-th call of a rank naming a peer with the k-th of the peer naming it).
 
 Each rank's *host thread* (``_Replay._host``) issues the rank's events in trace order, each
 after its host time (``PhaseCost.host_us``: Python, autograd, the kernel launch), and a stream
@@ -23,9 +24,10 @@ for it (*host wait*).  The host blocks where the framework synchronises with the
 (``blocks_host``): Megatron reads the loss-scale overflow flag and the gradient norm with
 ``.item()`` (``optimizer`` phases of kind ``scale`` and ``clip``) and ends each iteration reading
 the reduced loss (the host waits for the rank's whole iteration).  Megatron also synchronises the
-device after each pipeline exchange (``p2p_communication._communicate``); that is not modelled:
-a trace orders its SendRecvs per stream (the generator's interleaved schedule per neighbour),
-not in the one host order that blocking there needs, so blocking would deadlock such traces.
+device after each batched pipeline exchange (``p2p_communication._communicate``:
+``batch_isend_irecv``, ``wait``, ``torch.cuda.synchronize()``): where the trace's metadata says
+so (``host_syncs_after_p2p``, as the generator's Megatron traces do), the host waits for each run
+of SendRecvs it issued back to back before it issues the next event.
 
 Each call moves its bytes through the fluid network as one lumped transfer
 (``twin.des.engine``), so calls that overlap share links and NICs; compute phases are
@@ -112,6 +114,7 @@ class _Replay:
         self.awaiting_host: dict[tuple[int, int], simpy.Event] = {}  # streams waiting for an issue
         self.costs: dict[tuple[int, int], PhaseCost] = {}
         self.unlike: set[tuple[int, ...]] = set()
+        self.p2p_syncs = bool(trace.metadata.get("host_syncs_after_p2p"))
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -179,11 +182,12 @@ class _Replay:
 
     def _host(self, rank: int, events: list):
         """Issue the rank's events in order, each ``host_us`` after the one before, blocking where
-        the framework synchronises with the GPU (``blocks_host``) and at each iteration's end.
+        the framework synchronises with the GPU (``blocks_host``; after each run of SendRecvs
+        where the trace says its framework does) and at each iteration's end.
 
         Issue times are set a stretch at a time (up to the next block), so an event costs the
         host no SimPy event of its own; a stream that reaches an event not yet set waits."""
-        now, pending, syncs, first = self.env.now, [], [], 0
+        now, pending, syncs, first, exchange = self.env.now, [], [], 0, []
         for i, event in enumerate(events):
             key = (rank, event.id)
             if isinstance(event, ComputeEvent):
@@ -193,6 +197,10 @@ class _Replay:
             pending.append(key)
             if blocks_host(event):
                 syncs.append(self.done[key])
+            if self.p2p_syncs and _exchanging(event):  # a batch of pipeline sends and receives
+                exchange.append(self.done[key])
+                if i + 1 == len(events) or not _exchanging(events[i + 1]):
+                    syncs, exchange = syncs + exchange, []
             last = i + 1 == len(events) or events[i + 1].iteration != event.iteration
             if last or syncs:
                 for waiting in pending:
@@ -398,16 +406,41 @@ def blocks_host(event) -> bool:
             and optimizer_kind(event.name) in ("clip", "scale"))
 
 
+def _exchanging(event) -> bool:
+    """A point-to-point call (a side of a pipeline exchange)."""
+    return isinstance(event, CollectiveEvent) and event.op is Op.SENDRECV
+
+
 def _call_keys(rank: int, events) -> dict[int, tuple]:
-    """Event id -> the call it joins: (group, k) for the k-th call of a group in issue order,
-    (None, lower rank, higher rank, k) for the k-th SendRecv between a pair (on any group)."""
+    """Event id -> the call it joins: (group, k) for the k-th call of a group in issue order;
+    for a SendRecv, as NCCL matches point-to-point operations, (None, sender, receiver, k) for
+    the k-th send from sender to receiver, which is the receiver's k-th receive from it
+    (``_pair_key``).
+
+    >>> from traces.schema import CollectiveEvent
+    >>> send = CollectiveEvent(0, Op.SENDRECV, 8, "pp", peer=1, direction="send")
+    >>> recv = CollectiveEvent(1, Op.SENDRECV, 8, "pp", peer=1, direction="recv")
+    >>> _call_keys(0, [send, recv])
+    {0: (None, 0, 1, 0), 1: (None, 1, 0, 0)}
+    """
     keys, seq = {}, defaultdict(int)
     for event in events:
         if isinstance(event, CollectiveEvent):
-            pair = (None, *sorted((rank, event.peer))) if event.op is Op.SENDRECV else (event.group,)
+            pair = _pair_key(rank, event) if event.op is Op.SENDRECV else (event.group,)
             keys[event.id] = (*pair, seq[pair])
             seq[pair] += 1
     return keys
+
+
+def _pair_key(rank: int, event: CollectiveEvent) -> tuple:
+    """Which ordered stream of point-to-point calls a SendRecv belongs to: (None, sender,
+    receiver) when the trace gives its direction, else (None, lower rank, higher rank, None):
+    both sides' calls on the pair in one order."""
+    if event.direction == "send":
+        return None, rank, event.peer
+    if event.direction == "recv":
+        return None, event.peer, rank
+    return None, *sorted((rank, event.peer)), None
 
 
 def plan_configs(plan: Plan) -> dict[Task, Config]:
