@@ -48,6 +48,7 @@ from tuner.plan import Plan
 from twin.compute import ComputeTimer, PhaseCost, copy_ratio, phase_speed
 from twin.compute.shapes import optimizer_kind
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
+from twin.model.schedule import Schedule
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
 from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
@@ -78,6 +79,8 @@ class _Call:
     arrived: list[int] = field(default_factory=list)
     began_us: float = 0.0
     transfer: Transfer | None = None
+    shadows: list[tuple[tuple[int, ...], Schedule, Transfer, list[float]]] = field(default_factory=list)
+    """The absent copies it stands for: (members, schedule, transfer, its end once it ended)."""
 
 
 @dataclass
@@ -242,17 +245,18 @@ class _Replay:
         if call.timed is not None:
             s = call.timed.schedule
             yield self.env.timeout(float(s.launch_us))
-            call.transfer = self.net.start(lumped_bytes(s), s.links, self._call_cap(call))
-            shadows = []
+            ratio = self._copy_ratio(call)
+            call.transfer = self.net.start(lumped_bytes(s), s.links, lumped_cap_gbps(s, ratio))
             for copy in self._shadows(call):
+                # The absent ranks compute what the ones standing for them compute: the same copy rate.
                 shadow = self.placement.schedule(copy, call.task, call.timed.config)
-                shadows.append((copy, self._shadow_end(
-                    self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow)))))
+                transfer = self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow, ratio))
+                call.shadows.append((copy, shadow, transfer, self._shadow_end(transfer)))
             for r in call.present:
                 self.gpus[r].calls.append(call)
                 self._recap_phases(self.gpus[r])
             yield call.transfer.done
-            self._compare(call, shadows)
+            self._compare(call)
             for r in call.present:
                 self.gpus[r].calls.remove(call)
                 self._recap_phases(self.gpus[r])
@@ -278,17 +282,22 @@ class _Replay:
         transfer.done.callbacks.append(lambda _event: end.append(self.env.now))
         return end
 
-    def _compare(self, call: _Call, shadows: list[tuple[tuple[int, ...], list[float]]]) -> None:
+    def _compare(self, call: _Call) -> None:
         """Note the shadows that did not end with the call they copy: ranks left out of the trace
-        whose calls run unlike their representatives' (other NIC or PCIe paths, other sharing)."""
-        slack = 1e-9 * (self.env.now - call.began_us) + 1e-6
-        for copy, end in shadows:
-            if not end or abs(end[0] - self.env.now) > slack:
+        whose calls run unlike their representatives' (other NIC or PCIe paths, other sharing).
+
+        A shadow due now may not have run its end's callbacks yet (SimPy processes the ends of one
+        instant in turn): it ended now; one still running is compared by its predicted end."""
+        now = self.env.now
+        slack = 1e-9 * (now - call.began_us) + 1e-6
+        for copy, _, transfer, end in call.shadows:
+            when = end[0] if end else now if transfer.done.triggered else transfer.end_us
+            if abs(when - now) > slack:
                 self.unlike.add(copy)
 
-    def _call_cap(self, call: _Call) -> float:
-        ratio = min(copy_ratio(self.gpus[r].computes.values(), self.gpu, self.params) for r in call.present)
-        return lumped_cap_gbps(call.timed.schedule, ratio)
+    def _copy_ratio(self, call: _Call) -> float:
+        """What the compute on the call's GPUs leaves of its kernels' copy rate (the slowest rank's)."""
+        return min(copy_ratio(self.gpus[r].computes.values(), self.gpu, self.params) for r in call.present)
 
     # ---- interference --------------------------------------------------------------------
 
@@ -304,7 +313,12 @@ class _Replay:
                            for phase, cost in gpu.computes.items()])
 
     def _recap_calls(self, gpu: _Gpu) -> None:
-        self.net.set_caps([(call.transfer, self._call_cap(call)) for call in gpu.calls])
+        caps = []
+        for call in gpu.calls:
+            ratio = self._copy_ratio(call)
+            caps.append((call.transfer, lumped_cap_gbps(call.timed.schedule, ratio)))
+            caps += [(transfer, lumped_cap_gbps(shadow, ratio)) for _, shadow, transfer, _ in call.shadows]
+        self.net.set_caps(caps)
 
     # ---- results -------------------------------------------------------------------------
 
