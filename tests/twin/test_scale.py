@@ -15,8 +15,10 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traces.examples import path
 from traces.generate import generate
 from traces.generate.gpt import gpt_workload
+from traces.trace_file import load_trace
 from tuner.config import Proto
 from twin.des import FluidNetwork
 from twin.model.geometry import CommGeometry, LinkUse, _Load
@@ -192,3 +194,15 @@ def test_ranks_placed_unlike_their_representative_are_named():
     assert some.mean_iteration_us < 0.9 * whole.mean_iteration_us
     assert any("group(s) of absent ranks run their calls unlike" in note for note in some.notes)
     assert not any("unlike" in note for note in whole.notes)
+
+
+def test_the_readme_default_job_replays_its_absent_ranks_alike():
+    """The bundled Phi-2 TP8 x DP4 trace keeps rank 0 alone: the seven other data-parallel groups of
+    its node are shadows of its 632 MiB all-reduce and end when it ends, on DGX H100 (a NIC per GPU)
+    and on DGX A100 (a NIC per pair of GPUs, each GPU beside its own) alike (the trace of every rank
+    replays the same iteration on DGX H100: 2,515,232.714 µs)."""
+    trace = load_trace(path("phi2-tp8dp4"))
+    for topology in ("dgx-h100", "dgx-a100"):
+        result = replay(trace, cluster_for(trace, topology))
+        assert any("7 group(s) of absent ranks sharing nodes" in note for note in result.notes)
+        assert not any("unlike" in note for note in result.notes), topology
