@@ -25,8 +25,8 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement.communicator import Communicator, PlacementError
 from twin.topology import Cluster, load_cluster
 
-__all__ = ["Placement", "Timed", "cluster_for", "members_of", "rank_gpus", "shaped_tasks", "task_of", "trace_tasks",
-           "translations"]
+__all__ = ["COPIED_GROUPS", "Placement", "Timed", "cluster_for", "members_of", "rank_gpus", "shaped_tasks", "task_of",
+           "trace_tasks", "translations"]
 
 
 def translations(members: tuple[int, ...], world_size: int) -> list[tuple[int, ...]]:
@@ -83,7 +83,14 @@ def task_of(trace: Trace, rank: int, event: CollectiveEvent) -> Task | None:
     if event.nbytes is None:
         return None
     members = members_of(trace, rank, event)
-    return Task(event.op, event.nbytes, len(members), event.dtype, trace.shape(members) or event.group)
+    # A placement class's copy of a group names its task as the group it copies does (``with_ranks``).
+    group = trace.metadata.get(COPIED_GROUPS, {}).get(event.group, event.group)
+    return Task(event.op, event.nbytes, len(members), event.dtype, trace.shape(members) or group)
+
+
+COPIED_GROUPS = "copied_groups"
+"""``Trace.metadata`` key: group id -> the id of the group it is a shifted copy of
+(``twin.placement.classes.with_ranks``)."""
 
 
 def members_of(trace: Trace, rank: int, event: CollectiveEvent) -> tuple[int, ...]:
@@ -123,6 +130,14 @@ class Placement:
         self._present: set[int] | None = None
         self._hosts: list[int] = []  # of every rank, once siblings are asked for
         self._stands_for: dict[int, int] = {}  # absent rank -> its representative (``_stands_for``)
+
+    def with_trace(self, trace: Trace) -> Placement:
+        """This placement for ``trace``, this one's with ranks added (``twin.placement.classes``):
+        communicators, schedules and timings are shared (they go by GPUs and groups)."""
+        other = Placement(trace, self.cluster, self.nccl_version, params=self.params)
+        other._comms, other._parts = self._comms, self._parts
+        other._timed, other._schedules = self._timed, self._schedules
+        return other
 
     def member_gpus(self, members: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(self.gpus[r] for r in members)

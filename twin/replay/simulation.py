@@ -51,6 +51,7 @@ from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
 from twin.model.schedule import Schedule
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
+from twin.placement.classes import with_ranks
 from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
 from twin.topology import Cluster
 
@@ -114,7 +115,8 @@ class _Replay:
         self.issued_at: dict[tuple[int, int], float] = {}  # (rank, event id) -> when its host issued it
         self.awaiting_host: dict[tuple[int, int], simpy.Event] = {}  # streams waiting for an issue
         self.costs: dict[tuple[int, int], PhaseCost] = {}
-        self.unlike: set[tuple[int, ...]] = set()
+        self.unlike: dict[tuple[int, ...], tuple[int, ...]] = {}  # shadow -> the members of its call
+        self.classes = 0  # ranks added to the trace as representatives of their placement class
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -293,7 +295,7 @@ class _Replay:
         for copy, _, transfer, end in call.shadows:
             when = end[0] if end else now if transfer.done.triggered else transfer.end_us
             if abs(when - now) > slack:
-                self.unlike.add(copy)
+                self.unlike[copy] = call.members
 
     def _copy_ratio(self, call: _Call) -> float:
         """What the compute on the call's GPUs leaves of its kernels' copy rate (the slowest rank's)."""
@@ -391,6 +393,9 @@ class _Replay:
             notes.append(f"{len(self.present)} of {self.trace.world_size} ranks in the trace: the others are assumed "
                          f"to reach each shared call in time; {len(self.shadow_of)} group(s) of absent ranks sharing "
                          "nodes with replayed calls load the network beside them")
+        if self.classes:
+            notes.append(f"{self.classes} absent rank(s) reach the network otherwise than the ranks that stood for "
+                         "them (other NIC or PCIe paths): replayed as ranks of the trace")
         if self.unlike:
             notes.append(f"{len(self.unlike)} group(s) of absent ranks run their calls unlike the ranks that stand for "
                          "them (other NIC or PCIe paths, other sharing): the prediction holds for the ranks in the "
@@ -446,4 +451,27 @@ def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = 
         raise ValueError("the placement was built with other parameters than the replay's params")
     run = _Replay(trace, cluster, configs or {}, placement)
     run.run()
+    added = 0
+    while classes := _class_ranks(run, trace):
+        # Shadows that ran unlike their calls: one rank of each such group joins the trace and runs
+        # its representative's events on the shifted groups (``twin.placement.classes``).
+        trace = with_ranks(trace, classes)
+        if len(trace.ranks) == len(run.trace.ranks):
+            break
+        added += len(trace.ranks) - len(run.trace.ranks)
+        run = _Replay(trace, cluster, configs or {}, placement.with_trace(trace))
+        run.run()
+    run.classes = added
     return run.result(cluster.identity)
+
+
+def _class_ranks(run: _Replay, trace: Trace) -> dict[int, int]:
+    """Absent rank -> the rank of the trace it copies: the ranks of every shadow that did not end
+    with its call, where that call's members in the trace sit (both ends of a pipeline pair)."""
+    present = {r.rank for r in trace.ranks}
+    out: dict[int, int] = {}
+    for copy, members in run.unlike.items():
+        for i, rank in enumerate(members):
+            if rank in present and copy[i] not in present:
+                out.setdefault(copy[i], rank)
+    return out
