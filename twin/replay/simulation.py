@@ -10,8 +10,11 @@ be there already) and ends for all members at once.  A trace that keeps one repr
 rank per role leaves out ranks that would make the same calls at the same time on shifted
 groups; those calls that share a node with a call replayed here (the seven other
 data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they load the
-network and nothing waits for them.  A shadow that does not end with the call it copies (its
-ranks sit on other NIC or PCIe paths) breaks that symmetry, and the result's notes say so.
+network and nothing waits for them (a copy on another pipeline stage is that stage's, not a
+shadow of this one).  A shadow that does not end with the call it copies (its ranks sit on
+other NIC or PCIe paths) breaks that symmetry: its ranks are a placement class of their own, join
+the trace (``twin.placement.classes``) and the trace is replayed again, so the iteration is what
+the trace of every rank gives; the result's notes say so.
 SendRecv calls pair the k-th call
 of a rank naming a peer with the k-th of the peer naming it.
 
