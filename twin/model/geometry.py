@@ -204,27 +204,40 @@ class _Load:
     def profiles(self) -> dict[tuple[str, str], tuple[tuple, float]]:
         """Each directed link's profile, its ((link kind, DMA, through a CPU), count) in the order
         of the uses, with its capacity (GB/s)."""
-        per_link: dict[tuple[str, str], list] = {}
-        capacity: dict[tuple[str, str], float] = {}
-        for (h, dma, via_cpu), count in self.uses.items():
-            link = (h.src, h.dst)
-            per_link.setdefault(link, []).append(((h.kind, dma, via_cpu), count))
-            capacity[link] = h.bw
-        interned: dict[tuple, tuple] = {}
-        return {link: (interned.setdefault(tuple(p), tuple(p)), capacity[link]) for link, p in per_link.items()}
+        return _profiles(self.uses)
 
     def distinct(self) -> set[tuple[tuple, float]]:
         """The distinct (profile, capacity) pairs of the loaded links (``profiles``), once asked."""
         if self._distinct is None:
-            self._distinct = set(self.profiles().values())
+            self._summarise()
         return self._distinct
 
     def kinds(self) -> list[tuple[str, bool, bool]]:
         """The (link kind, DMA, through a CPU) of the uses, in first-use order."""
         if self._kinds is None:
-            self._kinds = list(dict.fromkeys((h.kind, f.kind == "net", f.via_cpu) for f, _ in self.flows()
-                                             for h in f.hops))
+            self._summarise()
         return self._kinds
+
+    def _summarise(self) -> None:
+        """``distinct``, ``kinds`` and the busiest proxy's actions for every protocol, from one walk
+        over the distinct flows (a load is asked for all of them)."""
+        flows = self.flows()
+        uses: dict = {}
+        sends: dict[str, int] = {}
+        recvs: dict[str, int] = {}
+        for f, copies in flows:
+            dma = f.kind == "net"
+            for h in f.hops:
+                key = (h, dma, f.via_cpu)
+                uses[key] = uses.get(key, 0) + copies
+            if dma:
+                sends[f.src] = sends.get(f.src, 0) + copies
+                recvs[f.dst] = recvs.get(f.dst, 0) + copies
+        self._kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in uses))
+        self._distinct = set(_profiles(uses).values())
+        gpus = sends.keys() | recvs.keys()
+        self._proxy = {per_recv: max((sends.get(g, 0) + recvs.get(g, 0) * per_recv for g in gpus), default=0)
+                       for per_recv in {actions - 1 for actions in PROXY_ACTIONS.values()}}
 
     def busiest_proxy_us(self, proto: Proto, cpu_vendor: str, params: TwinParams) -> float:
         """CPU time the busiest proxy thread spends on one step of every flow.
@@ -232,17 +245,22 @@ class _Load:
         One thread per GPU posts every network step that GPU sends, and for Simple also reaps and
         flushes every step it receives (``netpath.PROXY_ACTIONS``).
         """
-        per_recv = PROXY_ACTIONS[proto] - 1
-        if per_recv not in self._proxy:
-            sends: dict[str, int] = {}
-            recvs: dict[str, int] = {}
-            for f, copies in self.flows():
-                if f.kind == "net":
-                    sends[f.src] = sends.get(f.src, 0) + copies
-                    recvs[f.dst] = recvs.get(f.dst, 0) + copies
-            self._proxy[per_recv] = max((sends.get(g, 0) + recvs.get(g, 0) * per_recv for g in sends.keys() | recvs),
-                                        default=0)
-        return self._proxy[per_recv] * proxy_action_us(cpu_vendor, params)
+        if self._distinct is None:
+            self._summarise()
+        return self._proxy[PROXY_ACTIONS[proto] - 1] * proxy_action_us(cpu_vendor, params)
+
+
+def _profiles(uses: dict) -> dict[tuple[str, str], tuple[tuple, float]]:
+    """Each directed link of ``uses`` with its profile, its ((link kind, DMA, through a CPU), count)
+    in the order of the uses, and its capacity (GB/s)."""
+    per_link: dict[tuple[str, str], list] = {}
+    capacity: dict[tuple[str, str], float] = {}
+    for (h, dma, via_cpu), count in uses.items():
+        link = (h.src, h.dst)
+        per_link.setdefault(link, []).append(((h.kind, dma, via_cpu), count))
+        capacity[link] = h.bw
+    interned: dict[tuple, tuple] = {}
+    return {link: (interned.setdefault(tuple(p), tuple(p)), capacity[link]) for link, p in per_link.items()}
 
 
 _LINKS_KEPT = 8
