@@ -211,7 +211,8 @@ def test_a_single_collective_replays_at_the_fast_path_time(a100x2, op, nbytes, n
 
 def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace():
     """Only rank 0 and rank 8 (one per node) are in the trace, as a generator's representative ranks;
-    two NICs per node, so each carries four data-parallel groups."""
+    two NICs per node, so each carries four data-parallel groups.  GPUs on the other NIC's PCIe
+    paths run unlike ranks 0 and 8: they join the replay as their own placement classes."""
     a100x2 = load_cluster("dgx-a100", nodes=2, nics_per_node=2)
     full = dp_tp_trace(nodes=2, layers=2)
     kept = tuple(r for r in full.ranks if r.rank in (0, 8))
@@ -219,8 +220,9 @@ def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace():
     partial.validate("partial")
     configs = {task: WIDE_RING for task in full.tasks() if task.nranks == 2}
     whole, some = replay(full, a100x2, configs), replay(partial, a100x2, configs)
-    assert [r.rank for r in some.ranks] == [0, 8]
-    assert any("2 of 16 ranks" in note and "7 group(s) of absent ranks" in note for note in some.notes)
+    assert {0, 8} < {r.rank for r in some.ranks} < set(range(16))
+    assert any("of 16 ranks in the trace" in note and "group(s) of absent ranks" in note for note in some.notes)
+    assert any("absent rank(s) reach the network otherwise" in note for note in some.notes)
     # TP calls wait only for the member present; they take what they take alone (NVLink, nothing shared).
     tp = next(t for t in some.tasks if t.task.group == "tp0")
     assert tp.time_us == pytest.approx(alone_us(a100x2, 8, Op.ALLREDUCE, 8 << 20), rel=1e-9)
@@ -229,7 +231,7 @@ def test_ranks_missing_from_the_trace_are_assumed_to_keep_pace():
     dp0 = {t.task.group: t for t in some.tasks}["dp0"]
     assert dp0.time_us > 1.5 * dp0.alone_us
     assert dp0.time_us == pytest.approx({t.task.group: t for t in whole.tasks}["dp0"].time_us, rel=1e-3)
-    assert some.mean_iteration_us <= whole.mean_iteration_us
+    assert some.mean_iteration_us == pytest.approx(whole.mean_iteration_us, rel=1e-9)
 
 
 def test_a_cluster_too_small_for_the_trace_is_refused(h100):

@@ -122,37 +122,70 @@ class ChannelShare:
     step): however many chunks are in flight, steps follow each other no faster."""
 
 
+
+def _use_key(hop, dma: bool, flow: Flow) -> tuple:
+    """A flow's use of one hop: (hop, DMA, through a CPU) — the root complex forwards PCIe hops only."""
+    return hop, dma, flow.via_cpu and hop.kind != "net"
+
+
 @dataclass
 class _Load:
     """What the flows of a pattern's first channels put on the links, whatever the protocol.
 
-    ``uses[(link, dma, via_cpu)]`` counts the channel flows crossing a directed link in one way
-    (a NIC's DMA or stores, forwarded by a root complex or not); ``net_sends``/``net_recvs``
-    count each GPU's network flows, which its proxy thread serves.
+    A load keeps its flows (``parts``: each channel's flow list, the lists the geometry caches,
+    with the copies of it), not a table of its links: a data-parallel ring over hundreds of nodes
+    loads thousands of links, for every channel count asked.  ``uses`` counts, when asked, the
+    channel flows crossing each directed link in one way (a NIC's DMA or stores, forwarded by a
+    root complex or not); what the rates need of it (the distinct link profiles, the busiest
+    proxy thread's actions) is kept, the per-link tables are not.
     """
 
-    uses: dict = field(default_factory=dict)
-    net_sends: dict = field(default_factory=dict)
-    net_recvs: dict = field(default_factory=dict)
+    parts: tuple = ()
     _links: dict = field(default_factory=dict, repr=False, compare=False)
     """``links`` answers by the link efficiencies they were computed with (the last few): a
     calibration evaluates one load under many constants, most of which leave them alone."""
     _kinds: list | None = field(default=None, repr=False, compare=False)
     """The (link kind, DMA, through a CPU) of the uses, in first-use order, once asked."""
-    _profiles: tuple | None = field(default=None, repr=False, compare=False)
-    """``profiles()``, once asked."""
+    _distinct: set | None = field(default=None, repr=False, compare=False)
+    """The distinct (profile, capacity) pairs of the loaded links, once asked."""
+    _proxy: dict = field(default_factory=dict, repr=False, compare=False)
+    """The busiest proxy thread's actions per step, by the actions a received step costs."""
 
-    def plus(self, flows: list[Flow], copies: int = 1) -> _Load:
-        out = _Load(dict(self.uses), dict(self.net_sends), dict(self.net_recvs))
-        for f in flows:
+    def plus(self, flows: Sequence[Flow], copies: int = 1) -> _Load:
+        """This load and ``copies`` more of ``flows`` (one channel's, or a point-to-point pattern's)."""
+        return _Load((*self.parts, (flows, copies)))
+
+    def flows(self) -> list[list]:
+        """Each distinct flow of the load with its copies, ``[flow, copies]`` in first-use order
+        (channels on the same NICs share their flow lists and flows: counted once each)."""
+        lists: dict[int, list] = {}
+        for flows, copies in self.parts:
+            entry = lists.get(id(flows))
+            if entry is None:
+                lists[id(flows)] = [flows, copies]
+            else:
+                entry[1] += copies
+        out: dict[int, list] = {}
+        for flows, copies in lists.values():
+            for f in flows:
+                entry = out.get(id(f))
+                if entry is None:
+                    out[id(f)] = [f, copies]
+                else:
+                    entry[1] += copies
+        return list(out.values())
+
+    @property
+    def uses(self) -> dict:
+        """``uses[(hop, dma, via_cpu)]``: the channel flows crossing each hop in each way, in
+        first-use order (built each time asked)."""
+        uses: dict = {}
+        for f, copies in self.flows():
             dma = f.kind == "net"
             for h in f.hops:
-                key = (h, dma, f.via_cpu and h.kind != "net")  # the root complex forwards PCIe hops only
-                out.uses[key] = out.uses.get(key, 0) + copies
-            if dma:
-                out.net_sends[f.src] = out.net_sends.get(f.src, 0) + copies
-                out.net_recvs[f.dst] = out.net_recvs.get(f.dst, 0) + copies
-        return out
+                key = _use_key(h, dma, f)
+                uses[key] = uses.get(key, 0) + copies
+        return uses
 
     def links(self, proto: Proto, params: TwinParams) -> tuple[LinkUses, float]:
         """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``
@@ -162,8 +195,6 @@ class _Load:
             params.link.root_complex_p2p_efficiency if kind[2] else 1.0) for kind in self.kinds()}
         key = tuple(efficiency.items())
         if key not in self._links:
-            profiles, capacity, distinct = self.profiles()
-
             def raw(profile: tuple) -> float:
                 total = 0.0
                 for kind, count in profile:
@@ -172,32 +203,49 @@ class _Load:
 
             if len(self._links) >= _LINKS_KEPT:
                 del self._links[next(iter(self._links))]
-            links = LinkUses(lambda: tuple(LinkUse(k, raw(p), capacity[k]) for k, p in profiles.items()))
+            links = LinkUses(lambda: tuple(LinkUse(k, raw(p), bw) for k, (p, bw) in self.profiles().items()))
             # Links of one profile and capacity (every node's alike on a ring over alike hosts) share
             # one rate: the busiest is found over the distinct ones.
-            self._links[key] = links, min((bw / raw(p) for p, bw in distinct), default=math.inf)
+            self._links[key] = links, min((bw / raw(p) for p, bw in self.distinct()), default=math.inf)
         return self._links[key]
 
-    def profiles(self) -> tuple[dict, dict, set]:
+    def profiles(self) -> dict[tuple[str, str], tuple[tuple, float]]:
         """Each directed link's profile, its ((link kind, DMA, through a CPU), count) in the order
-        of the uses; each link's capacity (GB/s); the distinct (profile, capacity) pairs."""
-        if self._profiles is None:
-            per_link: dict[tuple[str, str], list] = {}
-            capacity: dict[tuple[str, str], float] = {}
-            for (h, dma, via_cpu), count in self.uses.items():
-                link = (h.src, h.dst)
-                per_link.setdefault(link, []).append(((h.kind, dma, via_cpu), count))
-                capacity[link] = h.bw
-            interned: dict[tuple, tuple] = {}
-            profiles = {link: interned.setdefault(tuple(p), tuple(p)) for link, p in per_link.items()}
-            self._profiles = profiles, capacity, {(p, capacity[link]) for link, p in profiles.items()}
-        return self._profiles
+        of the uses, with its capacity (GB/s)."""
+        return _profiles(self.uses)
+
+    def distinct(self) -> set[tuple[tuple, float]]:
+        """The distinct (profile, capacity) pairs of the loaded links (``profiles``), once asked."""
+        if self._distinct is None:
+            self._summarise()
+        return self._distinct
 
     def kinds(self) -> list[tuple[str, bool, bool]]:
         """The (link kind, DMA, through a CPU) of the uses, in first-use order."""
         if self._kinds is None:
-            self._kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in self.uses))
+            self._summarise()
         return self._kinds
+
+    def _summarise(self) -> None:
+        """``distinct``, ``kinds`` and the busiest proxy's actions for every protocol, from one walk
+        over the distinct flows (a load is asked for all of them)."""
+        flows = self.flows()
+        uses: dict = {}
+        sends: dict[str, int] = {}
+        recvs: dict[str, int] = {}
+        for f, copies in flows:
+            dma = f.kind == "net"
+            for h in f.hops:
+                key = _use_key(h, dma, f)
+                uses[key] = uses.get(key, 0) + copies
+            if dma:
+                sends[f.src] = sends.get(f.src, 0) + copies
+                recvs[f.dst] = recvs.get(f.dst, 0) + copies
+        self._kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in uses))
+        self._distinct = set(_profiles(uses).values())
+        gpus = sends.keys() | recvs.keys()
+        self._proxy = {per_recv: max((sends.get(g, 0) + recvs.get(g, 0) * per_recv for g in gpus), default=0)
+                       for per_recv in {actions - 1 for actions in PROXY_ACTIONS.values()}}
 
     def busiest_proxy_us(self, proto: Proto, cpu_vendor: str, params: TwinParams) -> float:
         """CPU time the busiest proxy thread spends on one step of every flow.
@@ -205,10 +253,22 @@ class _Load:
         One thread per GPU posts every network step that GPU sends, and for Simple also reaps and
         flushes every step it receives (``netpath.PROXY_ACTIONS``).
         """
-        gpus = self.net_sends.keys() | self.net_recvs.keys()
-        actions = max((self.net_sends.get(g, 0) + self.net_recvs.get(g, 0) * (PROXY_ACTIONS[proto] - 1)
-                       for g in gpus), default=0)
-        return actions * proxy_action_us(cpu_vendor, params)
+        if self._distinct is None:
+            self._summarise()
+        return self._proxy[PROXY_ACTIONS[proto] - 1] * proxy_action_us(cpu_vendor, params)
+
+
+def _profiles(uses: dict) -> dict[tuple[str, str], tuple[tuple, float]]:
+    """Each directed link of ``uses`` with its profile, its ((link kind, DMA, through a CPU), count)
+    in the order of the uses, and its capacity (GB/s)."""
+    per_link: dict[tuple[str, str], list] = {}
+    capacity: dict[tuple[str, str], float] = {}
+    for (h, dma, via_cpu), count in uses.items():
+        link = (h.src, h.dst)
+        per_link.setdefault(link, []).append(((h.kind, dma, via_cpu), count))
+        capacity[link] = h.bw
+    interned: dict[tuple, tuple] = {}
+    return {link: (interned.setdefault(tuple(p), tuple(p)), capacity[link]) for link, p in per_link.items()}
 
 
 _LINKS_KEPT = 8
@@ -245,6 +305,7 @@ class CommGeometry:
         self._flow = lru_cache(maxsize=None)(self._flow_uncached)
         self._orders: dict[tuple[int, int], list[str]] = {}
         self._flows: dict[tuple[str, int], list[Flow]] = {}
+        self._flow_lists: dict[tuple, list[Flow]] = {}  # by pattern and the ids of the flows
         self._loads: dict[str, dict[int, _Load]] = {}
         self._shares: dict[tuple, ChannelShare] = {}
         self._latencies: dict[tuple[str, Proto], float] = {}
@@ -329,10 +390,12 @@ class CommGeometry:
         others in order, and leaves from the second nearest (NCCL's rings do the same; where only
         one GPU sits beside the NIC, as on DGX H100, the last one sends through it: PXN).
         """
+        gpus = self._hosts[host_rank]
+        if len(gpus) == 1:  # one GPU per node (a data-parallel ring): nothing to order or keep
+            return gpus
         key = (host_rank, channel)
         if key in self._orders:
             return self._orders[key]
-        gpus = self._hosts[host_rank]
         nic = self.nic(host_rank, channel)
         if nic is None or len(gpus) == 1:
             rot = channel % len(gpus)
@@ -435,7 +498,9 @@ class CommGeometry:
             builder = {"ring": self.ring_flows, "tree": self.tree_flows, "chain": self.chain_flows,
                        "nvls": self.nvls_flows, "pairs": lambda _: self.pair_flows(),
                        "sendrecv": lambda _: self.sendrecv_flows()}[pattern]
-            self._flows[key] = builder(channel)
+            flows = builder(channel)
+            # Channels on the same NICs (every channel of a ring of one GPU per node) share one list.
+            self._flows[key] = self._flow_lists.setdefault((pattern, *map(id, flows)), flows)
         return self._flows[key]
 
     def _load(self, pattern: str, nchannels: int) -> _Load:
@@ -447,8 +512,10 @@ class CommGeometry:
         built = self._loads.setdefault(pattern, {0: _Load()})
         if nchannels not in built:
             below = max(n for n in built if n < nchannels)
-            flows = [f for channel in range(below, nchannels) for f in self.channel_flows(pattern, channel)]
-            built[nchannels] = built[below].plus(flows)
+            load = built[below]
+            for channel in range(below, nchannels):
+                load = load.plus(self.channel_flows(pattern, channel))
+            built[nchannels] = load
         return built[nchannels]
 
     def share(self, pattern: str, nchannels: int, proto: Proto) -> ChannelShare:

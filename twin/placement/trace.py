@@ -25,8 +25,8 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement.communicator import Communicator, PlacementError
 from twin.topology import Cluster, load_cluster
 
-__all__ = ["Placement", "Timed", "cluster_for", "members_of", "rank_gpus", "shaped_tasks", "task_of", "trace_tasks",
-           "translations"]
+__all__ = ["COPIED_GROUPS", "Placement", "Timed", "cluster_for", "members_of", "rank_gpus", "shaped_tasks", "task_of",
+           "trace_tasks", "translations"]
 
 
 def translations(members: tuple[int, ...], world_size: int) -> list[tuple[int, ...]]:
@@ -83,7 +83,14 @@ def task_of(trace: Trace, rank: int, event: CollectiveEvent) -> Task | None:
     if event.nbytes is None:
         return None
     members = members_of(trace, rank, event)
-    return Task(event.op, event.nbytes, len(members), event.dtype, trace.shape(members) or event.group)
+    # A placement class's copy of a group names its task as the group it copies does (``with_ranks``).
+    group = trace.metadata.get(COPIED_GROUPS, {}).get(event.group, event.group)
+    return Task(event.op, event.nbytes, len(members), event.dtype, trace.shape(members) or group)
+
+
+COPIED_GROUPS = "copied_groups"
+"""``Trace.metadata`` key: group id -> the id of the group it is a shifted copy of
+(``twin.placement.classes.with_ranks``)."""
 
 
 def members_of(trace: Trace, rank: int, event: CollectiveEvent) -> tuple[int, ...]:
@@ -122,6 +129,15 @@ class Placement:
         self._siblings: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         self._present: set[int] | None = None
         self._hosts: list[int] = []  # of every rank, once siblings are asked for
+        self._stands_for: dict[int, int] = {}  # absent rank -> its representative (``_stands_for``)
+
+    def with_trace(self, trace: Trace) -> Placement:
+        """This placement for ``trace``, this one's with ranks added (``twin.placement.classes``):
+        communicators, schedules and timings are shared (they go by GPUs and groups)."""
+        other = Placement(trace, self.cluster, self.nccl_version, params=self.params)
+        other._comms, other._parts = self._comms, self._parts
+        other._timed, other._schedules = self._timed, self._schedules
+        return other
 
     def member_gpus(self, members: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(self.gpus[r] for r in members)
@@ -186,13 +202,40 @@ class Placement:
             if self._present is None:
                 self._present = {r.rank for r in self.trace.ranks}
                 self._hosts = [self.cluster.host_of(gpu) for gpu in self.gpus]
+                self._stands_for = _stands_for(self.trace, self._present)
             host = self._hosts
             hosts = {host[r] for r in members}
+            present = [(i, r) for i, r in enumerate(members) if r in self._present]
             self._siblings[members] = [
                 copy for copy in translations(members, self.trace.world_size)
                 if self._present.isdisjoint(copy) and not hosts.isdisjoint([host[r] for r in copy])
+                and all(self._stands_for.get(copy[i], r) == r for i, r in present)
             ]
         return self._siblings[members]
+
+
+def _stands_for(trace: Trace, present: set[int]) -> dict[int, int]:
+    """Absent rank -> the rank in the trace that stands for it: the one present member of a group
+    that holds it (a representative's TP or DP group), where the groups name one.
+
+    A shifted copy of a group is a copy of the call only where its ranks stand with the ranks it
+    shifts: a data-parallel group's copies on the next TP rank are, those on another pipeline
+    stage are the groups of that stage's representative, which run when that stage does.
+
+    >>> from traces.schema import ProcessGroup, RankTrace, Trace
+    >>> groups = (ProcessGroup("tp:0", (0, 1)), ProcessGroup("tp:2", (2, 3)), ProcessGroup("pp:0", (0, 2)))
+    >>> _stands_for(Trace(4, groups, (RankTrace(0, ()), RankTrace(2, ()))), {0, 2})
+    {1: 0, 3: 2}
+    """
+    out: dict[int, int | None] = {}
+    for group in trace.groups:
+        mine = [r for r in group.ranks if r in present]
+        if len(mine) != 1:
+            continue
+        for r in group.ranks:
+            if r not in present:
+                out[r] = mine[0] if out.get(r, mine[0]) == mine[0] else None  # two claims: unknown
+    return {r: p for r, p in out.items() if p is not None}
 
 
 def shaped_tasks(trace: Trace, cluster: Cluster) -> dict[Task, Task]:

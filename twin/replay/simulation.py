@@ -10,8 +10,11 @@ be there already) and ends for all members at once.  A trace that keeps one repr
 rank per role leaves out ranks that would make the same calls at the same time on shifted
 groups; those calls that share a node with a call replayed here (the seven other
 data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they load the
-network and nothing waits for them.  A shadow that does not end with the call it copies (its
-ranks sit on other NIC or PCIe paths) breaks that symmetry, and the result's notes say so.
+network and nothing waits for them (a copy on another pipeline stage is that stage's, not a
+shadow of this one).  A shadow that does not end with the call it copies (its ranks sit on
+other NIC or PCIe paths) breaks that symmetry: its ranks are a placement class of their own, join
+the trace (``twin.placement.classes``) and the trace is replayed again, so the iteration is what
+the trace of every rank gives; the result's notes say so.
 SendRecv calls pair as NCCL pairs them,
 per direction: the k-th send from A to B with B's k-th receive from A (a trace without directions:
 the k-th call of a rank naming a peer with the k-th of the peer naming it).
@@ -50,8 +53,10 @@ from tuner.plan import Plan
 from twin.compute import ComputeTimer, PhaseCost, copy_ratio, phase_speed
 from twin.compute.shapes import optimizer_kind
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
+from twin.model.schedule import Schedule
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
+from twin.placement.classes import with_ranks
 from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
 from twin.topology import Cluster
 
@@ -80,6 +85,8 @@ class _Call:
     arrived: list[int] = field(default_factory=list)
     began_us: float = 0.0
     transfer: Transfer | None = None
+    shadows: list[tuple[tuple[int, ...], Schedule, Transfer, list[float]]] = field(default_factory=list)
+    """The absent copies it stands for: (members, schedule, transfer, its end once it ended)."""
 
 
 @dataclass
@@ -113,7 +120,8 @@ class _Replay:
         self.issued_at: dict[tuple[int, int], float] = {}  # (rank, event id) -> when its host issued it
         self.awaiting_host: dict[tuple[int, int], simpy.Event] = {}  # streams waiting for an issue
         self.costs: dict[tuple[int, int], PhaseCost] = {}
-        self.unlike: set[tuple[int, ...]] = set()
+        self.unlike: dict[tuple[int, ...], tuple[int, ...]] = {}  # shadow -> the members of its call
+        self.classes = 0  # ranks added to the trace as representatives of their placement class
         self.p2p_syncs = bool(trace.metadata.get("host_syncs_after_p2p"))
 
     # ---- streams -------------------------------------------------------------------------
@@ -250,17 +258,18 @@ class _Replay:
         if call.timed is not None:
             s = call.timed.schedule
             yield self.env.timeout(float(s.launch_us))
-            call.transfer = self.net.start(lumped_bytes(s), s.links, self._call_cap(call))
-            shadows = []
+            ratio = self._copy_ratio(call)
+            call.transfer = self.net.start(lumped_bytes(s), s.links, lumped_cap_gbps(s, ratio))
             for copy in self._shadows(call):
+                # The absent ranks compute what the ones standing for them compute: the same copy rate.
                 shadow = self.placement.schedule(copy, call.task, call.timed.config)
-                shadows.append((copy, self._shadow_end(
-                    self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow)))))
+                transfer = self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow, ratio))
+                call.shadows.append((copy, shadow, transfer, self._shadow_end(transfer)))
             for r in call.present:
                 self.gpus[r].calls.append(call)
                 self._recap_phases(self.gpus[r])
             yield call.transfer.done
-            self._compare(call, shadows)
+            self._compare(call)
             for r in call.present:
                 self.gpus[r].calls.remove(call)
                 self._recap_phases(self.gpus[r])
@@ -286,17 +295,22 @@ class _Replay:
         transfer.done.callbacks.append(lambda _event: end.append(self.env.now))
         return end
 
-    def _compare(self, call: _Call, shadows: list[tuple[tuple[int, ...], list[float]]]) -> None:
+    def _compare(self, call: _Call) -> None:
         """Note the shadows that did not end with the call they copy: ranks left out of the trace
-        whose calls run unlike their representatives' (other NIC or PCIe paths, other sharing)."""
-        slack = 1e-9 * (self.env.now - call.began_us) + 1e-6
-        for copy, end in shadows:
-            if not end or abs(end[0] - self.env.now) > slack:
-                self.unlike.add(copy)
+        whose calls run unlike their representatives' (other NIC or PCIe paths, other sharing).
 
-    def _call_cap(self, call: _Call) -> float:
-        ratio = min(copy_ratio(self.gpus[r].computes.values(), self.gpu, self.params) for r in call.present)
-        return lumped_cap_gbps(call.timed.schedule, ratio)
+        A shadow due now may not have run its end's callbacks yet (SimPy processes the ends of one
+        instant in turn): it ended now; one still running is compared by its predicted end."""
+        now = self.env.now
+        slack = 1e-9 * (now - call.began_us) + 1e-6
+        for copy, _, transfer, end in call.shadows:
+            when = end[0] if end else now if transfer.done.triggered else transfer.end_us
+            if abs(when - now) > slack:
+                self.unlike[copy] = call.members
+
+    def _copy_ratio(self, call: _Call) -> float:
+        """What the compute on the call's GPUs leaves of its kernels' copy rate (the slowest rank's)."""
+        return min(copy_ratio(self.gpus[r].computes.values(), self.gpu, self.params) for r in call.present)
 
     # ---- interference --------------------------------------------------------------------
 
@@ -312,7 +326,12 @@ class _Replay:
                            for phase, cost in gpu.computes.items()])
 
     def _recap_calls(self, gpu: _Gpu) -> None:
-        self.net.set_caps([(call.transfer, self._call_cap(call)) for call in gpu.calls])
+        caps = []
+        for call in gpu.calls:
+            ratio = self._copy_ratio(call)
+            caps.append((call.transfer, lumped_cap_gbps(call.timed.schedule, ratio)))
+            caps += [(transfer, lumped_cap_gbps(shadow, ratio)) for _, shadow, transfer, _ in call.shadows]
+        self.net.set_caps(caps)
 
     # ---- results -------------------------------------------------------------------------
 
@@ -385,6 +404,9 @@ class _Replay:
             notes.append(f"{len(self.present)} of {self.trace.world_size} ranks in the trace: the others are assumed "
                          f"to reach each shared call in time; {len(self.shadow_of)} group(s) of absent ranks sharing "
                          "nodes with replayed calls load the network beside them")
+        if self.classes:
+            notes.append(f"{self.classes} absent rank(s) reach the network otherwise than the ranks that stood for "
+                         "them (other NIC or PCIe paths): replayed as ranks of the trace")
         if self.unlike:
             notes.append(f"{len(self.unlike)} group(s) of absent ranks run their calls unlike the ranks that stand for "
                          "them (other NIC or PCIe paths, other sharing): the prediction holds for the ranks in the "
@@ -465,4 +487,27 @@ def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = 
         raise ValueError("the placement was built with other parameters than the replay's params")
     run = _Replay(trace, cluster, configs or {}, placement)
     run.run()
+    added = 0
+    while classes := _class_ranks(run, trace):
+        # Shadows that ran unlike their calls: one rank of each such group joins the trace and runs
+        # its representative's events on the shifted groups (``twin.placement.classes``).
+        trace = with_ranks(trace, classes)
+        if len(trace.ranks) == len(run.trace.ranks):
+            break
+        added += len(trace.ranks) - len(run.trace.ranks)
+        run = _Replay(trace, cluster, configs or {}, placement.with_trace(trace))
+        run.run()
+    run.classes = added
     return run.result(cluster.identity)
+
+
+def _class_ranks(run: _Replay, trace: Trace) -> dict[int, int]:
+    """Absent rank -> the rank of the trace it copies: the ranks of every shadow that did not end
+    with its call, where that call's members in the trace sit (both ends of a pipeline pair)."""
+    present = {r.rank for r in trace.ranks}
+    out: dict[int, int] = {}
+    for copy, members in run.unlike.items():
+        for i, rank in enumerate(members):
+            if rank in present and copy[i] not in present:
+                out.setdefault(copy[i], rank)
+    return out
