@@ -80,6 +80,9 @@ class ReplayResult:
     tasks: tuple[TaskTimes, ...]
     notes: tuple[str, ...] = field(default=())
     """What the replay had to assume (compute kept as measured, calls of unknown size...)."""
+    simulated_events: int = field(default=0, compare=False)
+    """Trace events the replay stepped through (fewer than the trace's when whole periods of a
+    pipeline's steady state were added rather than simulated: ``twin.replay.steady``)."""
 
     @property
     def mean_iteration_us(self) -> float:

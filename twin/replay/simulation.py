@@ -50,7 +50,9 @@ from twin.compute.shapes import optimizer_kind
 from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
-from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
+from twin.replay import steady
+from twin.replay.result import ReplayResult, covered, length, overlap, union
+from twin.replay.totals import RankSums, TaskSums, Totals
 from twin.topology import Cluster
 
 
@@ -76,6 +78,7 @@ class _Call:
     done: simpy.Event
     measured_us: float = 0.0
     arrived: list[int] = field(default_factory=list)
+    events: list[tuple[int, int]] = field(default_factory=list)  # (rank, event id) of each arrival
     began_us: float = 0.0
     transfer: Transfer | None = None
 
@@ -112,6 +115,7 @@ class _Replay:
         self.awaiting_host: dict[tuple[int, int], simpy.Event] = {}  # streams waiting for an issue
         self.costs: dict[tuple[int, int], PhaseCost] = {}
         self.unlike: set[tuple[int, ...]] = set()
+        self.spans: dict[tuple[int, int], tuple[float, float]] | None = None  # (rank, id) -> (start, end), if asked
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -143,6 +147,8 @@ class _Replay:
                 yield from self._collective(rank, event, keys[event.id])
                 kind = "comm"
             self.intervals[rank][kind].append((start, self.env.now))
+            if self.spans is not None:
+                self.spans[(rank, event.id)] = (start, self.env.now)
             self.iteration_end[event.iteration] = max(self.iteration_end[event.iteration], self.env.now)
             self.done[(rank, event.id)].succeed()
 
@@ -162,6 +168,7 @@ class _Replay:
     def _collective(self, rank: int, event: CollectiveEvent, key: tuple):
         call = self._call(rank, event, key)
         call.arrived.append(rank)
+        call.events.append((rank, event.id))
         if event.nbytes is None:
             measured = event.duration_us
             if measured is None and event.start_us is not None and event.end_us is not None:
@@ -320,44 +327,33 @@ class _Replay:
             rank, event = stuck[0]
             raise ReplayError(f"rank {rank}, event {event} never ran ({len(stuck)} events stuck)")
 
-    def result(self, identity: str) -> ReplayResult:
-        iterations = sorted(self.iteration_end)
-        n = max(len(iterations), 1)
-        times, previous = [], 0.0
-        for i in iterations:
-            times.append(max(self.iteration_end[i] - previous, 0.0))
-            previous = max(previous, self.iteration_end[i])
-        ranks = []
-        computes = {}
+    def totals(self) -> Totals:
+        """The replay's sums, before the per-iteration means."""
+        ranks, computes = {}, {}
         for rank in sorted(self.present):
             computes[rank] = compute = union(self.intervals[rank]["compute"])
             comm = union(self.intervals[rank]["comm"])
             waits = union(self.intervals[rank]["host"])
             gpu_busy = union(compute + comm)
-            ranks.append(RankTimes(rank, length(compute) / n, length(comm) / n,
-                                   (length(comm) - overlap(comm, compute)) / n,
-                                   (length(waits) - overlap(waits, gpu_busy)) / n))
-        return ReplayResult(identity, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n, computes),
-                            tuple(self._notes()))
-
-    def _tasks(self, iterations: int, computes: dict[int, list[tuple[float, float]]]) -> tuple[TaskTimes, ...]:
-        by_task: dict[Task, list[tuple[_Call, float]]] = defaultdict(list)
+            ranks[rank] = RankSums(length(compute), length(comm), length(comm) - overlap(comm, compute),
+                                   length(waits) - overlap(waits, gpu_busy))
+        sums: dict[Task, list] = {}  # task -> [calls, took, exposed, alone, timed, first timed call]
         for call, end in self.call_log:
-            by_task[call.task].append((call, end))
-        out = []
-        for task, calls in by_task.items():
-            timed = [c.timed for c, _ in calls if c.timed is not None]
-            if not timed:
-                continue  # 1-rank or 0-byte calls: nothing moves
-            took = exposed = 0.0
-            for c, end in calls:
-                hidden = sum(covered(computes[r], c.began_us, end) for r in c.present) / len(c.present)
-                took += end - c.began_us
-                exposed += end - c.began_us - hidden
-            alone = sum(float(t.schedule.time_us()) for t in timed) / len(timed)
-            out.append(TaskTimes(task, timed[0].config, timed[0].chosen_by, len(calls) / iterations,
-                                 took / len(calls), alone, exposed / len(calls)))
-        return tuple(sorted(out, key=lambda t: -t.time_us * t.calls_per_iteration))
+            acc = sums.setdefault(call.task, [0, 0.0, 0.0, 0.0, 0, None])
+            hidden = sum(covered(computes[r], call.began_us, end) for r in call.present) / len(call.present)
+            acc[0] += 1
+            acc[1] += end - call.began_us
+            acc[2] += end - call.began_us - hidden
+            if call.timed is not None:
+                acc[3] += float(call.timed.schedule.time_us())
+                acc[4] += 1
+                acc[5] = acc[5] or call.timed
+        tasks = {task: TaskSums(timed.config, timed.chosen_by, calls, took, exposed, alone, n)
+                 for task, (calls, took, exposed, alone, n, timed) in sums.items() if timed is not None}
+        return Totals(dict(self.iteration_end), ranks, tasks, sum(len(r.events) for r in self.trace.ranks))
+
+    def result(self, identity: str) -> ReplayResult:
+        return self.totals().result(identity, self.gpu.model, tuple(self._notes()))
 
     def _notes(self) -> list[str]:
         notes = []
@@ -416,20 +412,33 @@ def plan_configs(plan: Plan) -> dict[Task, Config]:
 
 
 def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = None, *,
-           placement: Placement | None = None, params: TwinParams = DEFAULT_PARAMS) -> ReplayResult:
+           placement: Placement | None = None, params: TwinParams = DEFAULT_PARAMS, periods: bool = True
+           ) -> ReplayResult:
     """Replay ``trace`` on ``cluster`` (rank r on GPU r: ``twin.placement``) with the twin's
     physical constants ``params``.
 
     ``configs`` maps tasks (as ``Trace.tasks`` names them) to the configuration to run them
     with (``plan_configs`` reads them off a warm-start plan); other tasks run with NCCL's
     default choice.  ``placement`` reuses the communicators of an earlier replay of the same
-    trace on the same cluster with the same ``params``.  Raises ``twin.placement.PlacementError`` when the cluster has
+    trace on the same cluster with the same ``params``.  With ``periods`` (the default) a trace whose
+    ranks repeat the same work (a pipeline's micro-batches) is simulated for a few repeats and the
+    others added once the replay is periodic (``twin.replay.steady``); ``periods=False`` steps
+    through every event.  Raises ``twin.placement.PlacementError`` when the cluster has
     fewer GPUs than the trace's world size, ``ReplayError`` when a call can never complete.
     """
     if placement is None:
         placement = Placement(trace, cluster, params=params)
     elif placement.params != params:
         raise ValueError("the placement was built with other parameters than the replay's params")
+    keep = steady.KEEP
+    while periods and (short := steady.shorten(trace, keep, _call_keys)) is not None:
+        run = _Replay(short.trace, cluster, configs or {}, placement)
+        run.spans = {}
+        run.run()
+        totals = steady.extend(run, short)
+        if totals is not None:
+            return totals.result(cluster.identity, run.gpu.model, tuple(run._notes()))
+        keep *= 2
     run = _Replay(trace, cluster, configs or {}, placement)
     run.run()
     return run.result(cluster.identity)

@@ -1,0 +1,307 @@
+"""A pipeline's steady state simulated once, its other periods added (``shorten``, ``extend``).
+
+Picture stage 1 of a 1F1B pipeline over 1,024 micro-batches: after its warm-up it repeats one
+forward and one backward, the same events on the same groups with the same sizes, a thousand
+times, and after the first few every event starts exactly one period Δ after its twin of the
+micro-batch before.  Stepping through every repeat costs the same again each time and predicts
+nothing new.  So the replay simulates a shortened trace, the same job with all but ``keep``
+repeats of every rank's run removed (``shorten``), checks that the middle of the run is
+periodic, and adds the removed repeats' share of every sum (``extend``):
+
+- every event of the ``WINDOW`` blocks around the middle block starts and ends Δ after its twin
+  in the block before, with the same Δ on every rank;
+- each rank's compute, communication, exposed communication and host wait within one period
+  after the middle block's start equal those within the next period, as do each task's calls
+  (count, time, exposed time, time alone) attributed to the middle block and to the next.
+
+Then the removed blocks are inserted after the middle one: every event after it ends
+``removed`` × Δ later, each rank gains ``removed`` periods of its times and each task
+``removed`` blocks of its calls.  Alone this reproduces the stepped replay to rounding (tested
+against it to 1e-9 relative).  A trace whose ranks do not repeat, whose repeats differ (sizes,
+groups, measured durations), whose ranks would lose different numbers of calls of a group, or
+whose shortened replay does not settle into the period is replayed with more repeats kept, and
+in the end whole.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections import Counter
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
+
+import numpy as np
+
+from traces.schema import CollectiveEvent, ComputeEvent, RankTrace, Trace
+from traces.task import Task
+from twin.placement import members_of, task_of
+from twin.replay.result import covered, length, overlap, union
+from twin.replay.totals import RankSums, TaskSums, Totals
+
+KEEP = 6
+"""Repeats the shortest run keeps in the first shortened replay (doubled while it does not settle)."""
+WINDOW = 2
+"""Blocks either side of the middle one that must repeat the period."""
+TOLERANCE = 1e-9
+"""Periodicity is checked to this fraction of the replay's length (rounding of event times)."""
+
+_CONTENT = {cls: attrgetter(*(f.name for f in fields(cls) if f.name not in ("id", "after")))
+            for cls in (CollectiveEvent, ComputeEvent)}
+
+
+@dataclass(frozen=True)
+class Run:
+    """``repeats`` consecutive blocks of ``period`` events, the first at position ``start``."""
+
+    start: int
+    period: int
+    repeats: int
+
+    def block(self, position: int) -> int | None:
+        """The block of the event at ``position``, or ``None`` outside the run.
+
+        >>> Run(10, 4, 3).block(13), Run(10, 4, 3).block(22), Run(10, 4, 3).block(9)
+        (0, None, None)
+        """
+        j, _ = divmod(position - self.start, self.period)
+        return j if position >= self.start and j < self.repeats else None
+
+
+@dataclass(frozen=True)
+class Shortened:
+    """A trace with ``removed`` blocks taken out of every rank's run; event ids are positions."""
+
+    trace: Trace
+    runs: dict[int, Run]
+    """Each rank's run in the shortened trace."""
+    removed: int
+
+
+def signatures(events) -> list[int]:
+    """One number per event, equal for events that differ only in their id (dependencies are
+    compared as distances back in the rank's issue order).
+
+    >>> from traces.schema import ComputeEvent
+    >>> signatures([ComputeEvent(0, "f"), ComputeEvent(1, "b", after=(0,)), ComputeEvent(2, "f"),
+    ...             ComputeEvent(3, "b", after=(2,))])
+    [0, 1, 0, 1]
+    """
+    position = {e.id: i for i, e in enumerate(events)}
+    interned: dict[tuple, int] = {}
+    return [interned.setdefault((type(e), _CONTENT[type(e)](e), tuple(i - position[a] for a in e.after)),
+                                len(interned)) for i, e in enumerate(events)]
+
+
+def find_run(signature: list[int]) -> Run | None:
+    """The periodic stretch of a rank's events that spans the most events beyond its first block.
+
+    Candidate periods are the commonest distances between an event and the next one like it.
+
+    >>> find_run([7, 8, 0, 1, 2, 0, 1, 2, 0, 1, 2, 9])
+    Run(start=2, period=3, repeats=3)
+    >>> find_run([0, 1, 2, 3]) is None
+    True
+    """
+    sig = np.asarray(signature)
+    order = np.argsort(sig, kind="stable")
+    gaps = np.diff(order)[sig[order[1:]] == sig[order[:-1]]]
+    if not gaps.size:
+        return None
+    counts = np.bincount(gaps)
+    best: Run | None = None
+    for period in np.argsort(-counts, kind="stable")[:4]:
+        period = int(period)
+        if period == 0 or counts[period] == 0:
+            continue
+        same = np.concatenate(([False], sig[period:] == sig[:-period], [False]))
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        starts, ends = edges[::2], edges[1::2]
+        longest = int(np.argmax(ends - starts))
+        stretch = int(ends[longest] - starts[longest])
+        run = Run(int(starts[longest]), period, stretch // period + 1)
+        if run.repeats > 1 and (best is None or (run.repeats - 1) * period > (best.repeats - 1) * best.period):
+            best = run
+    return best
+
+
+def shorten(trace: Trace, keep: int, call_keys) -> Shortened | None:
+    """``trace`` with the shortest run cut to ``keep`` repeats and every other by as many; ``None``
+    when a rank does not repeat, nothing would be removed, the ranks would lose different numbers
+    of calls of one group or pair (``call_keys``: the replay's matching of calls), or a dependency
+    would change its target."""
+    found = _runs(trace)
+    if found is None:
+        return None
+    removed = min(run.repeats for _, run in found.values()) - keep
+    if removed < 1:
+        return None
+    per_block: dict[tuple, Counter] = {}
+    users: dict[tuple, set[int]] = {}
+    for rank in trace.ranks:
+        sig, run = found[rank.rank]
+        block = rank.events[run.start:run.start + run.period]
+        for key in call_keys(rank.rank, block).values():
+            per_block.setdefault(key[:-1], Counter())[rank.rank] += 1
+        for key in call_keys(rank.rank, rank.events).values():
+            users.setdefault(key[:-1], set()).add(rank.rank)
+    for family, ranks in users.items():
+        counts = per_block.get(family, Counter())
+        if len({counts[r] for r in ranks}) > 1:
+            return None
+    ranks, runs = [], {}
+    for rank in trace.ranks:
+        sig, run = found[rank.rank]
+        cut = run.start + (run.repeats - removed) * run.period
+        kept = [*range(cut), *range(cut + removed * run.period, len(rank.events))]
+        position = {e.id: i for i, e in enumerate(rank.events)}
+        events = []
+        for new, old in enumerate(kept):
+            event = rank.events[old]
+            after = []
+            for dep in event.after:
+                target = new - (old - position[dep])
+                if target < 0 or sig[kept[target]] != sig[position[dep]]:
+                    return None
+                after.append(target)
+            events.append(event if event.id == new and tuple(after) == event.after
+                          else replace(event, id=new, after=tuple(after)))
+        ranks.append(RankTrace(rank.rank, tuple(events), rank.node))
+        runs[rank.rank] = Run(run.start, run.period, run.repeats - removed)
+    return Shortened(replace(trace, ranks=tuple(ranks)), runs, removed)
+
+
+_FOUND: dict[int, dict[int, tuple[list[int], Run]] | None] = {}
+
+
+def _runs(trace: Trace) -> dict[int, tuple[list[int], Run]] | None:
+    """Each rank's signatures and run, worked out once per trace (the default and tuned replays
+    of one evaluation share them); ``None`` when some rank has no run."""
+    key = id(trace)
+    if key not in _FOUND:
+        found = {}
+        for rank in trace.ranks:
+            sig = signatures(rank.events)
+            run = find_run(sig)
+            if run is None:
+                found = None
+                break
+            found[rank.rank] = (sig, run)
+        _FOUND[key] = found
+        weakref.finalize(trace, _FOUND.pop, key, None)
+    return _FOUND[key]
+
+
+def extend(run, short: Shortened) -> Totals | None:
+    """The totals of the whole trace from ``run``, a finished replay (``twin.replay.simulation``,
+    with ``spans`` recorded) of ``short``; ``None`` when the run is not periodic around its middle."""
+    spans, trace = run.spans, short.trace
+    horizon = max((end for _, end in spans.values()), default=0.0)
+    tol = TOLERANCE * max(horizon, 1.0)
+    middle = min(r.repeats for r in short.runs.values()) // 2
+    if middle < WINDOW or middle + WINDOW + 1 > min(r.repeats for r in short.runs.values()):
+        return None
+    first = next(iter(short.runs.items()))
+    delta = spans[(first[0], first[1].start + (middle + 1) * first[1].period)][0] - \
+        spans[(first[0], first[1].start + middle * first[1].period)][0]
+    if delta <= 0 or not _periodic(spans, short.runs, middle, delta, tol):
+        return None
+    sums = run.totals()
+    ranks = {}
+    for rank, r in short.runs.items():
+        begin = min(spans[(rank, p)][0] for p in range(r.start + middle * r.period, r.start + (middle + 1) * r.period))
+        now, later = (_window(run.intervals[rank], begin + k * delta, begin + (k + 1) * delta) for k in (0, 1))
+        if not all(math.isclose(a, b, rel_tol=0.0, abs_tol=tol) for a, b in zip(_fields(now), _fields(later),
+                                                                                 strict=True)):
+            return None
+        ranks[rank] = sums.ranks[rank] + now.scaled(short.removed)
+    blocks = _task_blocks(run, short.runs, middle)
+    if set(blocks[0]) != set(blocks[1]) or not all(
+            math.isclose(a, b, rel_tol=0.0, abs_tol=tol * max(blocks[0][t].calls, 1.0))
+            for t in blocks[0] for a, b in zip(_task_fields(blocks[0][t]), _task_fields(blocks[1][t]), strict=True)):
+        return None
+    tasks = {task: s + blocks[0][task].scaled(short.removed) if task in blocks[0] else s
+             for task, s in sums.tasks.items()}
+    _count_block_notes(run, short, middle)
+    return Totals(_iteration_ends(trace, spans, short.runs, middle, short.removed * delta), ranks, tasks,
+                  sums.simulated_events)
+
+
+def _periodic(spans, runs: dict[int, Run], middle: int, delta: float, tol: float) -> bool:
+    """Whether each event of the blocks around ``middle`` starts and ends ``delta`` after its
+    twin of the block before, on every rank."""
+    for rank, r in runs.items():
+        for p in range(r.start + (middle - WINDOW) * r.period, r.start + (middle + WINDOW) * r.period):
+            (s0, e0), (s1, e1) = spans[(rank, p)], spans[(rank, p + r.period)]
+            if abs(s1 - s0 - delta) > tol or abs(e1 - e0 - delta) > tol:
+                return False
+    return True
+
+
+def _window(intervals: dict[str, list[tuple[float, float]]], lo: float, hi: float) -> RankSums:
+    """A rank's compute, comm, exposed comm and host wait within ``[lo, hi)``."""
+    def clipped(kind: str) -> list[tuple[float, float]]:
+        return union([(max(a, lo), min(b, hi)) for a, b in intervals[kind] if b > lo and a < hi])
+    compute, comm, waits = clipped("compute"), clipped("comm"), clipped("host")
+    busy = union(compute + comm)
+    return RankSums(length(compute), length(comm), length(comm) - overlap(comm, compute),
+                    length(waits) - overlap(waits, busy))
+
+
+def _fields(s: RankSums) -> tuple[float, ...]:
+    return s.compute_us, s.comm_us, s.exposed_comm_us, s.host_wait_us
+
+
+def _task_fields(s: TaskSums) -> tuple[float, ...]:
+    return s.calls, s.took_us, s.exposed_us, s.alone_us, s.timed
+
+
+def _task_blocks(run, runs: dict[int, Run], middle: int) -> tuple[dict[Task, TaskSums], dict[Task, TaskSums]]:
+    """Each task's calls attributed to the middle block and to the next: a call counts 1/n on
+    each of its n ranks in the trace, at the block its event there is in (its exposed time
+    there is the part of it that rank's compute does not cover)."""
+    computes = {rank: union(run.intervals[rank]["compute"]) for rank in runs}
+    blocks: tuple[dict[Task, TaskSums], dict[Task, TaskSums]] = ({}, {})
+    for call, end in run.call_log:
+        if call.timed is None:
+            continue
+        share, took = 1.0 / len(call.present), end - call.began_us
+        for rank, event in call.events:
+            j = runs[rank].block(event)
+            if j not in (middle, middle + 1):
+                continue
+            exposed = took - covered(computes[rank], call.began_us, end)
+            block = blocks[j - middle]
+            sums = block.get(call.task) or TaskSums(call.timed.config, call.timed.chosen_by)
+            block[call.task] = sums + TaskSums(sums.config, sums.chosen_by, share, took * share, exposed * share,
+                                               float(call.timed.schedule.time_us()) * share, share)
+    return blocks
+
+
+def _count_block_notes(run, short: Shortened, middle: int) -> None:
+    """Add the removed blocks' phases kept as measured or untimed, and calls of unknown size, to
+    the counts ``run``'s notes report."""
+    timer = replace(run.timer, kept_as_measured=0, untimed=0)
+    unsized = 0.0
+    for rank in short.trace.ranks:
+        r = short.runs[rank.rank]
+        for event in rank.events[r.start + middle * r.period:r.start + (middle + 1) * r.period]:
+            if isinstance(event, ComputeEvent):
+                timer.cost(event)
+            elif task_of(short.trace, rank.rank, event) is None:
+                members = members_of(short.trace, rank.rank, event)
+                unsized += 1.0 / sum(m in run.present for m in members)
+    run.timer.kept_as_measured += short.removed * timer.kept_as_measured
+    run.timer.untimed += short.removed * timer.untimed
+    run.unsized += round(short.removed * unsized)
+
+
+def _iteration_ends(trace: Trace, spans, runs: dict[int, Run], middle: int, shift: float) -> dict[int, float]:
+    """Each iteration's last end once the events after every rank's middle block end ``shift`` later."""
+    ends: dict[int, float] = {}
+    for rank in trace.ranks:
+        after = runs[rank.rank].start + (middle + 1) * runs[rank.rank].period
+        for position, event in enumerate(rank.events):
+            end = spans[(rank.rank, position)][1] + (shift if position >= after else 0.0)
+            ends[event.iteration] = max(ends.get(event.iteration, 0.0), end)
+    return ends
