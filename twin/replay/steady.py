@@ -8,8 +8,8 @@ nothing new.  So the replay simulates a shortened trace, the same job with all b
 repeats of every rank's run removed (``shorten``), checks that the middle of the run is
 periodic, and adds the removed repeats' share of every sum (``extend``):
 
-- every event of the ``WINDOW`` blocks around the middle block starts and ends Δ after its twin
-  in the block before, with the same Δ on every rank;
+- every event of the ``WINDOW`` blocks either side of a middle block (the first such) starts and
+  ends Δ after its twin in the block before, with the same Δ on every rank;
 - each rank's compute, communication, exposed communication and host wait within one period
   after the middle block's start equal those within the next period, as do each task's calls
   (count, time, exposed time, time alone) attributed to the middle block and to the next.
@@ -39,7 +39,7 @@ from twin.placement import members_of, task_of
 from twin.replay.result import covered, length, overlap, union
 from twin.replay.totals import RankSums, TaskSums, Totals
 
-KEEP = 6
+KEEP = 8
 """Repeats the shortest run keeps in the first shortened replay (doubled while it does not settle)."""
 WINDOW = 2
 """Blocks either side of the middle one that must repeat the period."""
@@ -198,13 +198,8 @@ def extend(run, short: Shortened) -> Totals | None:
     spans, trace = run.spans, short.trace
     horizon = max((end for _, end in spans.values()), default=0.0)
     tol = TOLERANCE * max(horizon, 1.0)
-    middle = min(r.repeats for r in short.runs.values()) // 2
-    if middle < WINDOW or middle + WINDOW + 1 > min(r.repeats for r in short.runs.values()):
-        return None
-    first = next(iter(short.runs.items()))
-    delta = spans[(first[0], first[1].start + (middle + 1) * first[1].period)][0] - \
-        spans[(first[0], first[1].start + middle * first[1].period)][0]
-    if delta <= 0 or not _periodic(spans, short.runs, middle, delta, tol):
+    middle, delta = _settled(spans, short.runs, tol)
+    if middle is None:
         return None
     sums = run.totals()
     ranks = {}
@@ -227,11 +222,28 @@ def extend(run, short: Shortened) -> Totals | None:
                   sums.simulated_events)
 
 
-def _periodic(spans, runs: dict[int, Run], middle: int, delta: float, tol: float) -> bool:
-    """Whether each event of the blocks around ``middle`` starts and ends ``delta`` after its
-    twin of the block before, on every rank."""
+def _settled(spans, runs: dict[int, Run], tol: float) -> tuple[int | None, float]:
+    """The first block ``middle`` with ``WINDOW`` blocks either side of it in which each event
+    starts and ends one period after its twin of the block before, on every rank, and the period."""
+    rank, first = next(iter(runs.items()))
+    blocks = min(r.repeats for r in runs.values())
+    streak, previous = 0, math.nan
+    for j in range(blocks - 1):
+        at = first.start + j * first.period
+        delta = spans[(rank, at + first.period)][0] - spans[(rank, at)][0]
+        steady = delta > 0 and _repeats(spans, runs, j, delta, tol)
+        streak = (streak + 1 if abs(delta - previous) <= tol else 1) if steady else 0
+        previous = delta
+        if streak == 2 * WINDOW:
+            return j + 1 - WINDOW, delta
+    return None, 0.0
+
+
+def _repeats(spans, runs: dict[int, Run], j: int, delta: float, tol: float) -> bool:
+    """Whether each event of block ``j + 1`` starts and ends ``delta`` after its twin of block
+    ``j``, on every rank."""
     for rank, r in runs.items():
-        for p in range(r.start + (middle - WINDOW) * r.period, r.start + (middle + WINDOW) * r.period):
+        for p in range(r.start + j * r.period, r.start + (j + 1) * r.period):
             (s0, e0), (s1, e1) = spans[(rank, p)], spans[(rank, p + r.period)]
             if abs(s1 - s0 - delta) > tol or abs(e1 - e0 - delta) > tol:
                 return False
