@@ -29,6 +29,7 @@ import math
 import weakref
 from collections import Counter
 from dataclasses import dataclass, fields, replace
+from itertools import chain, count
 from operator import attrgetter
 
 import numpy as np
@@ -43,6 +44,8 @@ KEEP = 8
 """Repeats the shortest run keeps in the first shortened replay (doubled while it does not settle)."""
 WINDOW = 2
 """Blocks either side of the middle one that must repeat the period."""
+CANDIDATES = 4
+"""Periods tried per rank: the commonest distances between like events."""
 TOLERANCE = 1e-9
 """Periodicity is checked to this fraction of the replay's length (rounding of event times)."""
 
@@ -78,23 +81,68 @@ class Shortened:
     removed: int
 
 
-def signatures(events) -> list[int]:
-    """One number per event, equal for events that differ only in their id (dependencies are
-    compared as distances back in the rank's issue order).
+def signatures(events) -> np.ndarray:
+    """One number per event, equal for events whose fields other than ``id`` and ``after`` are
+    equal (``_Rank`` compares dependencies as distances back in the rank's issue order).
 
     >>> from traces.schema import ComputeEvent
     >>> signatures([ComputeEvent(0, "f"), ComputeEvent(1, "b", after=(0,)), ComputeEvent(2, "f"),
-    ...             ComputeEvent(3, "b", after=(2,))])
+    ...             ComputeEvent(3, "b", after=(2,))]).tolist()
     [0, 1, 0, 1]
     """
-    position = {e.id: i for i, e in enumerate(events)}
     interned: dict[tuple, int] = {}
-    return [interned.setdefault((type(e), _CONTENT[type(e)](e), tuple(i - position[a] for a in e.after)),
-                                len(interned)) for i, e in enumerate(events)]
+    keys = map(lambda e: (e.__class__, _CONTENT[e.__class__](e)), events)
+    return np.fromiter(map(interned.setdefault, keys, count()), np.int64, len(events))
 
 
-def find_run(signature: list[int]) -> Run | None:
-    """The periodic stretch of a rank's events that spans the most events beyond its first block.
+@dataclass(frozen=True)
+class _Rank:
+    """A rank's events as arrays: their signatures, and their dependencies as distances back."""
+
+    signature: np.ndarray
+    lengths: np.ndarray
+    """How many dependencies each event has."""
+    offsets: np.ndarray
+    """Where each event's dependencies start in ``back``."""
+    back: np.ndarray
+    """Every dependency's distance back from its event, event after event."""
+    position: dict[int, int] | None
+    """Event id -> position, or ``None`` when the ids are the positions."""
+
+    @classmethod
+    def of(cls, events) -> _Rank:
+        n = len(events)
+        afters = list(map(attrgetter("after"), events))
+        lengths = np.fromiter(map(len, afters), np.int64, n)
+        targets = np.fromiter(chain.from_iterable(afters), np.int64, int(lengths.sum()))
+        ids = np.fromiter(map(attrgetter("id"), events), np.int64, n)
+        position = None
+        if not np.array_equal(ids, np.arange(n)):
+            position = {e.id: i for i, e in enumerate(events)}
+            targets = np.fromiter(map(position.__getitem__, targets.tolist()), np.int64, len(targets))
+        back = np.repeat(np.arange(n), lengths) - targets
+        return cls(signatures(events), lengths, np.cumsum(lengths) - lengths, back, position)
+
+    def deps(self, i: int) -> tuple[int, ...]:
+        return tuple(self.back[self.offsets[i]:self.offsets[i] + self.lengths[i]].tolist())
+
+    def same_deps(self, period: int) -> np.ndarray:
+        """For each event ``i`` before the last ``period``: whether event ``i + period`` has the same
+        dependency distances."""
+        n = len(self.lengths)
+        same = self.lengths[period:] == self.lengths[:-period]
+        owner = np.repeat(np.arange(n), self.lengths)
+        flat = np.flatnonzero(owner < n - period)
+        flat = flat[same[owner[flat]]]
+        i = owner[flat]
+        twin = flat - self.offsets[i] + self.offsets[i + period]
+        same[i[self.back[flat] != self.back[twin]]] = False
+        return same
+
+
+def find_run(signature, same_deps=None) -> Run | None:
+    """The periodic stretch of a rank's events that spans the most events beyond its first block:
+    equal ``signature`` (and, if given, ``same_deps(period)`` true) one period apart.
 
     Candidate periods are the commonest distances between an event and the next one like it.
 
@@ -110,13 +158,17 @@ def find_run(signature: list[int]) -> Run | None:
         return None
     counts = np.bincount(gaps)
     best: Run | None = None
-    for period in np.argsort(-counts, kind="stable")[:4]:
+    for period in np.argsort(-counts, kind="stable")[:CANDIDATES]:
         period = int(period)
         if period == 0 or counts[period] == 0:
             continue
-        same = np.concatenate(([False], sig[period:] == sig[:-period], [False]))
-        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        same = sig[period:] == sig[:-period]
+        if same_deps is not None:
+            same &= same_deps(period)
+        edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
         starts, ends = edges[::2], edges[1::2]
+        if not starts.size:
+            continue
         longest = int(np.argmax(ends - starts))
         stretch = int(ends[longest] - starts[longest])
         run = Run(int(starts[longest]), period, stretch // period + 1)
@@ -129,64 +181,78 @@ def shorten(trace: Trace, keep: int, call_keys) -> Shortened | None:
     """``trace`` with the shortest run cut to ``keep`` repeats and every other by as many; ``None``
     when a rank does not repeat, nothing would be removed, the ranks would lose different numbers
     of calls of one group or pair (``call_keys``: the replay's matching of calls), or a dependency
-    would change its target."""
+    would change its target.  Worked out once per trace and ``keep`` (the default and tuned
+    replays of one evaluation share it)."""
+    key = (id(trace), keep)
+    if key not in _SHORTENED:
+        _SHORTENED[key] = _shorten(trace, keep, call_keys)
+        weakref.finalize(trace, _SHORTENED.pop, key, None)
+    return _SHORTENED[key]
+
+
+_SHORTENED: dict[tuple[int, int], Shortened | None] = {}
+_FOUND: dict[int, dict[int, tuple[_Rank, Run]] | None] = {}
+
+
+def _shorten(trace: Trace, keep: int, call_keys) -> Shortened | None:
     found = _runs(trace)
     if found is None:
         return None
     removed = min(run.repeats for _, run in found.values()) - keep
     if removed < 1:
         return None
-    per_block: dict[tuple, Counter] = {}
-    users: dict[tuple, set[int]] = {}
-    for rank in trace.ranks:
-        sig, run = found[rank.rank]
-        block = rank.events[run.start:run.start + run.period]
-        for key in call_keys(rank.rank, block).values():
-            per_block.setdefault(key[:-1], Counter())[rank.rank] += 1
-        for key in call_keys(rank.rank, rank.events).values():
-            users.setdefault(key[:-1], set()).add(rank.rank)
-    for family, ranks in users.items():
-        counts = per_block.get(family, Counter())
-        if len({counts[r] for r in ranks}) > 1:
-            return None
     ranks, runs = [], {}
     for rank in trace.ranks:
-        sig, run = found[rank.rank]
+        arrays, run = found[rank.rank]
         cut = run.start + (run.repeats - removed) * run.period
         kept = [*range(cut), *range(cut + removed * run.period, len(rank.events))]
-        position = {e.id: i for i, e in enumerate(rank.events)}
         events = []
         for new, old in enumerate(kept):
             event = rank.events[old]
-            after = []
-            for dep in event.after:
-                target = new - (old - position[dep])
-                if target < 0 or sig[kept[target]] != sig[position[dep]]:
+            back = arrays.deps(old)
+            for distance in back:
+                target = new - distance
+                if target < 0 or not _alike(arrays, kept[target], old - distance):
                     return None
-                after.append(target)
-            events.append(event if event.id == new and tuple(after) == event.after
-                          else replace(event, id=new, after=tuple(after)))
+            after = tuple(new - d for d in back)
+            events.append(event if event.id == new and after == event.after else replace(event, id=new, after=after))
         ranks.append(RankTrace(rank.rank, tuple(events), rank.node))
         runs[rank.rank] = Run(run.start, run.period, run.repeats - removed)
+    if not _calls_match(ranks, runs, call_keys):
+        return None
     return Shortened(replace(trace, ranks=tuple(ranks)), runs, removed)
 
 
-_FOUND: dict[int, dict[int, tuple[list[int], Run]] | None] = {}
+def _alike(arrays: _Rank, i: int, j: int) -> bool:
+    return bool(arrays.signature[i] == arrays.signature[j]) and arrays.deps(i) == arrays.deps(j)
 
 
-def _runs(trace: Trace) -> dict[int, tuple[list[int], Run]] | None:
-    """Each rank's signatures and run, worked out once per trace (the default and tuned replays
-    of one evaluation share them); ``None`` when some rank has no run."""
+def _calls_match(ranks: list[RankTrace], runs: dict[int, Run], call_keys) -> bool:
+    """Whether every rank that makes calls of a group (or pair) makes as many of them per block,
+    so that removing blocks pairs the same calls."""
+    per_block: dict[tuple, Counter] = {}
+    users: dict[tuple, set[int]] = {}
+    for rank in ranks:
+        run = runs[rank.rank]
+        for key in call_keys(rank.rank, rank.events[run.start:run.start + run.period]).values():
+            per_block.setdefault(key[:-1], Counter())[rank.rank] += 1
+        for key in call_keys(rank.rank, rank.events).values():
+            users.setdefault(key[:-1], set()).add(rank.rank)
+    return all(len({per_block.get(family, Counter())[r] for r in users_}) == 1 for family, users_ in users.items())
+
+
+def _runs(trace: Trace) -> dict[int, tuple[_Rank, Run]] | None:
+    """Each rank's arrays and run, worked out once per trace; ``None`` when some rank has no run."""
     key = id(trace)
     if key not in _FOUND:
-        found = {}
+        found: dict[int, tuple[_Rank, Run]] | None = {}
         for rank in trace.ranks:
-            sig = signatures(rank.events)
-            run = find_run(sig)
+            arrays = _Rank.of(rank.events)
+            run = find_run(arrays.signature, arrays.same_deps)
             if run is None:
                 found = None
                 break
-            found[rank.rank] = (sig, run)
+            found[rank.rank] = (arrays, run)
         _FOUND[key] = found
         weakref.finalize(trace, _FOUND.pop, key, None)
     return _FOUND[key]
