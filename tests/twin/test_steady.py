@@ -41,7 +41,7 @@ def _events(trace: Trace) -> int:
 
 
 plans = st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([2, 4]),
-                  st.integers(16, 22), st.booleans(), st.sampled_from(["none", "full"]))
+                  st.integers(28, 34), st.booleans(), st.sampled_from(["none", "full"]))
 
 
 @settings(max_examples=8, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))  # a replay each

@@ -438,7 +438,7 @@ def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = 
         totals = steady.extend(run, short)
         if totals is not None:
             return totals.result(cluster.identity, run.gpu.model, tuple(run._notes()))
-        keep *= 2
+        keep += steady.KEEP
     run = _Replay(trace, cluster, configs or {}, placement)
     run.run()
     return run.result(cluster.identity)

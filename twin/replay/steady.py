@@ -41,7 +41,9 @@ from twin.replay.result import covered, length, overlap, union
 from twin.replay.totals import RankSums, TaskSums, Totals
 
 KEEP = 8
-"""Repeats the shortest run keeps in the first shortened replay (doubled while it does not settle)."""
+"""Repeats the shortest run keeps in the first shortened replay, and more in each next while it does
+not settle (a pipeline's fill takes about one repeat per stage) and ``KEEP / 2`` would still be
+removed; else the trace is stepped through whole."""
 WINDOW = 2
 """Blocks either side of the middle one that must repeat the period."""
 CANDIDATES = 4
@@ -198,8 +200,9 @@ def _shorten(trace: Trace, keep: int, call_keys) -> Shortened | None:
     found = _runs(trace)
     if found is None:
         return None
-    removed = min(run.repeats for _, run in found.values()) - keep
-    if removed < 1:
+    shortest = min(run.repeats for _, run in found.values())
+    removed = shortest - keep
+    if removed < KEEP // 2:  # a failed try costs its replay: try only where it saves
         return None
     ranks, runs = [], {}
     for rank in trace.ranks:
