@@ -40,7 +40,7 @@ from twin.placement import members_of, task_of
 from twin.replay.result import covered, length, overlap, union
 from twin.replay.totals import RankSums, TaskSums, Totals
 
-KEEP = 8
+KEEP = 6
 """Repeats the shortest run keeps in the first shortened replay, and more in each next while it does
 not settle (a pipeline's fill takes about one repeat per stage) and ``KEEP / 2`` would still be
 removed; else the trace is stepped through whole."""
