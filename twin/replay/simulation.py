@@ -51,7 +51,7 @@ from twin.des import FluidNetwork, Transfer, lumped_bytes, lumped_cap_gbps
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
 from twin.replay import steady
-from twin.replay.result import ReplayResult, covered, length, overlap, union
+from twin.replay.result import ReplayResult, covered, union
 from twin.replay.totals import RankSums, TaskSums, Totals
 from twin.topology import Cluster
 
@@ -332,11 +332,7 @@ class _Replay:
         ranks, computes = {}, {}
         for rank in sorted(self.present):
             computes[rank] = compute = union(self.intervals[rank]["compute"])
-            comm = union(self.intervals[rank]["comm"])
-            waits = union(self.intervals[rank]["host"])
-            gpu_busy = union(compute + comm)
-            ranks[rank] = RankSums(length(compute), length(comm), length(comm) - overlap(comm, compute),
-                                   length(waits) - overlap(waits, gpu_busy))
+            ranks[rank] = RankSums.of(compute, union(self.intervals[rank]["comm"]), union(self.intervals[rank]["host"]))
         sums: dict[Task, list] = {}  # task -> [calls, took, exposed, alone, timed, first timed call]
         for call, end in self.call_log:
             acc = sums.setdefault(call.task, [0, 0.0, 0.0, 0.0, 0, None])

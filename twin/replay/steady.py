@@ -37,7 +37,7 @@ import numpy as np
 from traces.schema import CollectiveEvent, ComputeEvent, RankTrace, Trace
 from traces.task import Task
 from twin.placement import members_of, task_of
-from twin.replay.result import covered, length, overlap, union
+from twin.replay.result import covered, union
 from twin.replay.totals import RankSums, TaskSums, Totals
 
 KEEP = 6
@@ -323,10 +323,7 @@ def _window(intervals: dict[str, list[tuple[float, float]]], lo: float, hi: floa
     """A rank's compute, comm, exposed comm and host wait within ``[lo, hi)``."""
     def clipped(kind: str) -> list[tuple[float, float]]:
         return union([(max(a, lo), min(b, hi)) for a, b in intervals[kind] if b > lo and a < hi])
-    compute, comm, waits = clipped("compute"), clipped("comm"), clipped("host")
-    busy = union(compute + comm)
-    return RankSums(length(compute), length(comm), length(comm) - overlap(comm, compute),
-                    length(waits) - overlap(waits, busy))
+    return RankSums.of(clipped("compute"), clipped("comm"), clipped("host"))
 
 
 def _fields(s: RankSums) -> tuple[float, ...]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from traces.task import Task
 from tuner.config import Config
-from twin.replay.result import RankTimes, ReplayResult, TaskTimes
+from twin.replay.result import RankTimes, ReplayResult, TaskTimes, length, overlap, union
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,14 @@ class RankSums:
     comm_us: float = 0.0
     exposed_comm_us: float = 0.0
     host_wait_us: float = 0.0
+
+    @classmethod
+    def of(cls, compute: list[tuple[float, float]], comm: list[tuple[float, float]],
+           waits: list[tuple[float, float]]) -> RankSums:
+        """From a rank's disjoint sorted compute, comm and host-wait intervals (``union``)."""
+        busy = union(compute + comm)
+        return cls(length(compute), length(comm), length(comm) - overlap(comm, compute),
+                   length(waits) - overlap(waits, busy))
 
     def __add__(self, other: RankSums) -> RankSums:
         return RankSums(self.compute_us + other.compute_us, self.comm_us + other.comm_us,
