@@ -137,10 +137,12 @@ def test_a_shortened_replay_that_does_not_repeat_its_period_is_not_extended():
     assert steady.extend(run, short) is None
 
 
-@given(st.lists(st.integers(0, 3), max_size=6), st.lists(st.integers(0, 50), min_size=1, max_size=5),
+@given(st.lists(st.integers(0, 3), max_size=6), st.lists(st.integers(0, 50), min_size=1, max_size=5, unique=True),
        st.integers(2, 12), st.lists(st.integers(0, 3), max_size=6))
 def test_a_run_of_repeated_blocks_is_found(prefix, block, repeats, suffix):
-    """Blocks of fresh signatures between arbitrary ones: the run found covers them at least."""
+    """Blocks of fresh signatures between arbitrary ones: the run found covers them at least (each
+    event once per block, as a micro-batch's events are, named by layer; a block holding one event
+    many times over only two repeats may be missed, and is then stepped through)."""
     block = [100 + b for b in block]
     signature = prefix + block * repeats + suffix
     run = steady.find_run(signature)
