@@ -14,6 +14,7 @@ import gzip
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 import zlib
@@ -40,19 +41,28 @@ FORMAT = "ccltwin-trace"
 VERSION = 1
 
 
+_UNREADABLE = (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, RecursionError, zlib.error)
+
+
 def load_trace(path: str | PathLike[str]) -> Trace:
-    """Read and validate a trace file."""
+    """Read and validate a trace file.
+
+    A file in the layout ``save_trace`` writes (one event per line) is read line by line, and
+    each distinct event is decoded and checked once (``_Lines``): a pipeline's thousand
+    micro-batches repeat the same few hundred events but for their ids.  Any other layout is
+    decoded whole."""
     path = str(path)
+    opener = gzip.open if path.endswith(".gz") else open
     try:
-        opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as file:
-            doc = json.load(file)
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, RecursionError,
-            zlib.error) as err:
+            trace = _Lines(path).read(file)
+        if trace is None:
+            with opener(path, "rt", encoding="utf-8") as file:
+                trace = trace_from_dict(json.load(file), path)
+    except _UNREADABLE as err:
         raise TraceError(f"not a readable trace JSON file ({err})", path) from None
     except OSError as err:
         raise TraceError(f"cannot read the trace ({err.strerror or err})", path) from None
-    trace = trace_from_dict(doc, path)
     trace.validate(path)
     return trace
 
@@ -340,8 +350,92 @@ _KIND_NAMES = {
 }
 
 
-def trace_from_dict(doc: Any, path: str | None = None) -> Trace:
-    """Build a ``Trace`` from its JSON document, checking every field (not yet the cross-references)."""
+_NUMBER = r"(?:0|[1-9][0-9]*)"
+_EVENT_LINE = re.compile(rf'\{{"id":({_NUMBER}),(.*)\}},?')
+_AFTER = re.compile(rf',"after":\[((?:{_NUMBER}(?:,{_NUMBER})*)?)\]')
+
+
+class _Lines:
+    """A trace file in ``save_trace``'s layout, read line by line: everything but the events is
+    decoded as one document; an event line is split into its id, its ``after`` list and the rest,
+    and the rest is decoded and checked the first time it is seen, then copied with each id."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.known: dict[str, Event] = {}
+
+    def read(self, file) -> Trace | None:
+        """The trace, or ``None`` when the file is not in that layout (then decode it whole)."""
+        skeleton: list[str] = []
+        blocks: list[list[Event]] = []
+        events: list[Event] | None = None
+        rank = 0
+        try:
+            for line in file:
+                if events is not None:
+                    if line.startswith('{"id":'):
+                        events.append(self._event(line.rstrip("\n"), rank, len(events)))
+                        continue
+                    events = None
+                skeleton.append(line)
+                if line.endswith(_EVENTS):
+                    rank = _rank_of(line, len(blocks))
+                    events = []
+                    blocks.append(events)
+            doc = json.loads("".join(skeleton))
+        except (json.JSONDecodeError, TraceError):
+            return None  # decoded whole, a problem is named as it always is
+        entries = doc.get("ranks") if isinstance(doc, dict) else None
+        if (not blocks or not isinstance(entries, list) or len(entries) != len(blocks)
+                or any(not isinstance(e, dict) or e.get("events") != [] for e in entries)):
+            return None
+        return trace_from_dict(doc, self.path, blocks)
+
+    def _event(self, line: str, rank: int, position: int) -> Event:
+        match = _EVENT_LINE.fullmatch(line)
+        if match is None:
+            return self._decode(line, rank, position)
+        body = match[2]
+        after = _AFTER.search(body)
+        rest = body if after is None else body[:after.start()] + body[after.end():]
+        template = self.known.get(rest)
+        if template is None:
+            event = self._decode(line, rank, position)
+            self.known[rest] = _copy(event, 0, ())
+            return event
+        return _copy(template, int(match[1]), tuple(map(int, after[1].split(","))) if after and after[1] else ())
+
+    def _decode(self, line: str, rank: int, position: int) -> Event:
+        """One event line decoded and checked on its own."""
+        return _event(json.loads(line[:-1] if line.endswith(",") else line), self.path, rank, position)
+
+
+_EVENTS = '"events":[\n'
+
+
+def _rank_of(line: str, index: int) -> int:
+    """The rank a rank's header line (``{"rank":8,"node":"n1","events":[``) names, else ``index``."""
+    try:
+        header = json.loads(line[:-len(_EVENTS)].rstrip().rstrip(",") + "}")
+    except json.JSONDecodeError:
+        return index
+    rank = header.get("rank") if isinstance(header, dict) else None
+    return rank if _is_int(rank) else index
+
+
+def _copy(event: Event, event_id: int, after: tuple[int, ...]) -> Event:
+    """``event`` with another id and dependencies: its fields set directly, as ``copy.copy``
+    does (``dataclasses.replace`` would check each field again, a thousand times per event)."""
+    new = object.__new__(type(event))
+    new.__dict__.update(event.__dict__)
+    new.__dict__["id"] = event_id
+    new.__dict__["after"] = after
+    return new
+
+
+def trace_from_dict(doc: Any, path: str | None = None, decoded: list[list[Event]] | None = None) -> Trace:
+    """Build a ``Trace`` from its JSON document, checking every field (not yet the cross-references);
+    ``decoded`` holds each rank's events when they were read already (``_Lines``)."""
     top = _Reader(doc, path, "the trace")
     if top.get("format", "str", None) != FORMAT:
         top.fail(f'not a ccltwin trace (expected "format": "{FORMAT}")')
@@ -363,7 +457,8 @@ def trace_from_dict(doc: Any, path: str | None = None) -> Trace:
     for index, item in enumerate(top.get("ranks", "list")):
         entry = _Reader(item, path, f"ranks[{index}]")
         rank = entry.get("rank", "int")
-        events = tuple(_event(e, path, rank, i) for i, e in enumerate(entry.get("events", "list")))
+        events = (tuple(decoded[index]) if decoded is not None
+                  else tuple(_event(e, path, rank, i) for i, e in enumerate(entry.get("events", "list"))))
         ranks.append(RankTrace(rank=rank, events=events, node=entry.get("node", "str", nullable=True)))
     return Trace(
         world_size=top.get("world_size", "int"),

@@ -70,10 +70,12 @@ def _issued(trace: Trace) -> tuple[Counter[Task], dict[Task, str]]:
     issued: Counter[Task] = Counter()
     kinds: dict[Task, str] = {}
     names = {group.id: group.name or group.id for group in trace.groups}
+    tasks: dict[tuple, Task | None] = {}  # a call's task follows from these fields: found once each
     for rank in trace.ranks:
         for event in rank.events:
             if isinstance(event, CollectiveEvent):
-                task = task_of(trace, rank.rank, event)
+                key = (rank.rank, event.group, event.op, event.nbytes, event.dtype, event.peer)
+                task = tasks[key] if key in tasks else tasks.setdefault(key, task_of(trace, rank.rank, event))
                 if task is not None:
                     issued[task] += 1
                     kinds.setdefault(task, names.get(event.group, event.group))

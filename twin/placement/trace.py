@@ -162,7 +162,12 @@ class Placement:
     def task_communicators(self) -> dict[Task, Communicator]:
         """The communicator of every sized task's first call (tasks as ``Trace.tasks`` names them)."""
         out: dict[Task, Communicator] = {}
+        seen: set[tuple] = set()  # a call's task and communicator follow from these fields
         for rank, event in self.trace.collectives():
+            key = (rank, event.group, event.op, event.nbytes, event.dtype, event.peer)
+            if key in seen:
+                continue
+            seen.add(key)
             task = task_of(self.trace, rank, event)
             if task is not None and task not in out:
                 out[task] = self.communicator(event.group, members_of(self.trace, rank, event))

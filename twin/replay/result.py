@@ -28,6 +28,9 @@ class RankTimes:
     exposed_comm_us: float
     host_wait_us: float = 0.0
     """Time the rank's GPU runs nothing because its host has not yet issued the next ready work."""
+    stands_for: int = 1
+    """Ranks of the job whose times these are (itself and the absent ranks that copy it), the
+    weight of its times in the result's means."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class TaskTimes:
     """The same call alone on the network (the fast path)."""
     exposed_us: float = 0.0
     """Mean part of a call during which its ranks in the trace run no compute."""
+    groups: float = 1.0
+    """Groups of the job a call stands for, on average: its own and the absent copies whose
+    shadows run alike (the weight of its times in ``time_us`` and ``exposed_us``)."""
 
     @property
     def busbw_gbps(self) -> float:
@@ -80,13 +86,17 @@ class ReplayResult:
     tasks: tuple[TaskTimes, ...]
     notes: tuple[str, ...] = field(default=())
     """What the replay had to assume (compute kept as measured, calls of unknown size...)."""
+    simulated_events: int = field(default=0, compare=False)
+    """Trace events the replay stepped through (fewer than the trace's when whole periods of a
+    pipeline's steady state were added rather than simulated: ``twin.replay.steady``)."""
 
     @property
     def mean_iteration_us(self) -> float:
         return sum(self.iteration_us) / len(self.iteration_us) if self.iteration_us else 0.0
 
     def _mean(self, attr: str) -> float:
-        return sum(getattr(r, attr) for r in self.ranks) / len(self.ranks) if self.ranks else 0.0
+        weight = sum(r.stands_for for r in self.ranks)
+        return sum(getattr(r, attr) * r.stands_for for r in self.ranks) / weight if self.ranks else 0.0
 
     @property
     def compute_us(self) -> float:

@@ -57,7 +57,9 @@ from twin.model.schedule import Schedule
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement import Placement, Timed, members_of, task_of
 from twin.placement.classes import with_ranks
-from twin.replay.result import RankTimes, ReplayResult, TaskTimes, covered, length, overlap, union
+from twin.replay import steady
+from twin.replay.result import ReplayResult, covered, union
+from twin.replay.totals import RankSums, TaskSums, Totals
 from twin.topology import Cluster
 
 
@@ -83,6 +85,7 @@ class _Call:
     done: simpy.Event
     measured_us: float = 0.0
     arrived: list[int] = field(default_factory=list)
+    events: list[tuple[int, int]] = field(default_factory=list)  # (rank, event id) of each arrival
     began_us: float = 0.0
     transfer: Transfer | None = None
     shadows: list[tuple[tuple[int, ...], Schedule, Transfer, list[float]]] = field(default_factory=list)
@@ -123,6 +126,7 @@ class _Replay:
         self.unlike: dict[tuple[int, ...], tuple[int, ...]] = {}  # shadow -> the members of its call
         self.classes = 0  # ranks added to the trace as representatives of their placement class
         self.p2p_syncs = bool(trace.metadata.get("host_syncs_after_p2p"))
+        self.spans: dict[tuple[int, int], tuple[float, float]] | None = None  # (rank, id) -> (start, end), if asked
 
     # ---- streams -------------------------------------------------------------------------
 
@@ -154,6 +158,8 @@ class _Replay:
                 yield from self._collective(rank, event, keys[event.id])
                 kind = "comm"
             self.intervals[rank][kind].append((start, self.env.now))
+            if self.spans is not None:
+                self.spans[(rank, event.id)] = (start, self.env.now)
             self.iteration_end[event.iteration] = max(self.iteration_end[event.iteration], self.env.now)
             self.done[(rank, event.id)].succeed()
 
@@ -173,6 +179,7 @@ class _Replay:
     def _collective(self, rank: int, event: CollectiveEvent, key: tuple):
         call = self._call(rank, event, key)
         call.arrived.append(rank)
+        call.events.append((rank, event.id))
         if event.nbytes is None:
             measured = event.duration_us
             if measured is None and event.start_us is not None and event.end_us is not None:
@@ -347,44 +354,28 @@ class _Replay:
             rank, event = stuck[0]
             raise ReplayError(f"rank {rank}, event {event} never ran ({len(stuck)} events stuck)")
 
-    def result(self, identity: str) -> ReplayResult:
-        iterations = sorted(self.iteration_end)
-        n = max(len(iterations), 1)
-        times, previous = [], 0.0
-        for i in iterations:
-            times.append(max(self.iteration_end[i] - previous, 0.0))
-            previous = max(previous, self.iteration_end[i])
-        ranks = []
-        computes = {}
+    def totals(self) -> Totals:
+        """The replay's sums, before the per-iteration means."""
+        ranks, computes = {}, {}
         for rank in sorted(self.present):
             computes[rank] = compute = union(self.intervals[rank]["compute"])
-            comm = union(self.intervals[rank]["comm"])
-            waits = union(self.intervals[rank]["host"])
-            gpu_busy = union(compute + comm)
-            ranks.append(RankTimes(rank, length(compute) / n, length(comm) / n,
-                                   (length(comm) - overlap(comm, compute)) / n,
-                                   (length(waits) - overlap(waits, gpu_busy)) / n))
-        return ReplayResult(identity, self.gpu.model, tuple(times), tuple(ranks), self._tasks(n, computes),
-                            tuple(self._notes()))
-
-    def _tasks(self, iterations: int, computes: dict[int, list[tuple[float, float]]]) -> tuple[TaskTimes, ...]:
-        by_task: dict[Task, list[tuple[_Call, float]]] = defaultdict(list)
+            ranks[rank] = RankSums.of(compute, union(self.intervals[rank]["comm"]), union(self.intervals[rank]["host"]))
+        sums: dict[Task, list] = {}  # task -> [calls, took, exposed, alone, timed, first timed call, weight]
         for call, end in self.call_log:
-            by_task[call.task].append((call, end))
-        out = []
-        for task, calls in by_task.items():
-            timed = [c.timed for c, _ in calls if c.timed is not None]
-            if not timed:
-                continue  # 1-rank or 0-byte calls: nothing moves
-            took = exposed = 0.0
-            for c, end in calls:
-                hidden = sum(covered(computes[r], c.began_us, end) for r in c.present) / len(c.present)
-                took += end - c.began_us
-                exposed += end - c.began_us - hidden
-            alone = sum(float(t.schedule.time_us()) for t in timed) / len(timed)
-            out.append(TaskTimes(task, timed[0].config, timed[0].chosen_by, len(calls) / iterations,
-                                 took / len(calls), alone, exposed / len(calls)))
-        return tuple(sorted(out, key=lambda t: -t.time_us * t.calls_per_iteration))
+            acc = sums.setdefault(call.task, [0, 0.0, 0.0, 0.0, 0, None, 0])
+            hidden = sum(covered(computes[r], call.began_us, end) for r in call.present) / len(call.present)
+            weight = 1 + len(call.shadows)  # the absent groups copying it take as long
+            acc[0] += 1
+            acc[1] += (end - call.began_us) * weight
+            acc[2] += (end - call.began_us - hidden) * weight
+            acc[6] += weight
+            if call.timed is not None:
+                acc[3] += float(call.timed.schedule.time_us())
+                acc[4] += 1
+                acc[5] = acc[5] or call.timed
+        tasks = {task: TaskSums(timed.config, timed.chosen_by, calls, took, exposed, alone, n, weight)
+                 for task, (calls, took, exposed, alone, n, timed, weight) in sums.items() if timed is not None}
+        return Totals(dict(self.iteration_end), ranks, tasks, sum(len(r.events) for r in self.trace.ranks))
 
     def _notes(self) -> list[str]:
         notes = []
@@ -471,22 +462,25 @@ def plan_configs(plan: Plan) -> dict[Task, Config]:
 
 
 def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = None, *,
-           placement: Placement | None = None, params: TwinParams = DEFAULT_PARAMS) -> ReplayResult:
+           placement: Placement | None = None, params: TwinParams = DEFAULT_PARAMS, periods: bool = True
+           ) -> ReplayResult:
     """Replay ``trace`` on ``cluster`` (rank r on GPU r: ``twin.placement``) with the twin's
     physical constants ``params``.
 
     ``configs`` maps tasks (as ``Trace.tasks`` names them) to the configuration to run them
     with (``plan_configs`` reads them off a warm-start plan); other tasks run with NCCL's
     default choice.  ``placement`` reuses the communicators of an earlier replay of the same
-    trace on the same cluster with the same ``params``.  Raises ``twin.placement.PlacementError`` when the cluster has
+    trace on the same cluster with the same ``params``.  With ``periods`` (the default) a trace whose
+    ranks repeat the same work (a pipeline's micro-batches) is simulated for a few repeats and the
+    others added once the replay is periodic (``twin.replay.steady``); ``periods=False`` steps
+    through every event.  Raises ``twin.placement.PlacementError`` when the cluster has
     fewer GPUs than the trace's world size, ``ReplayError`` when a call can never complete.
     """
     if placement is None:
         placement = Placement(trace, cluster, params=params)
     elif placement.params != params:
         raise ValueError("the placement was built with other parameters than the replay's params")
-    run = _Replay(trace, cluster, configs or {}, placement)
-    run.run()
+    run, totals = _simulate(trace, cluster, configs or {}, placement, periods)
     added = 0
     while classes := _class_ranks(run, trace):
         # Shadows that ran unlike their calls: one rank of each such group joins the trace and runs
@@ -495,10 +489,41 @@ def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = 
         if len(trace.ranks) == len(run.trace.ranks):
             break
         added += len(trace.ranks) - len(run.trace.ranks)
-        run = _Replay(trace, cluster, configs or {}, placement.with_trace(trace))
-        run.run()
+        run, totals = _simulate(trace, cluster, configs or {}, placement.with_trace(trace), periods)
     run.classes = added
-    return run.result(cluster.identity)
+    return totals.result(cluster.identity, run.gpu.model, tuple(run._notes()), _stands_for(run) if added else None)
+
+
+def _simulate(trace: Trace, cluster: Cluster, configs: dict[Task, Config], placement: Placement,
+              periods: bool) -> tuple[_Replay, Totals]:
+    """One replay of ``trace`` and its sums: a shortened trace's extended by its periods where it
+    settles (``twin.replay.steady``), else every event stepped."""
+    keep = steady.KEEP
+    while periods and (short := steady.shorten(trace, keep, _call_keys)) is not None:
+        run = _Replay(short.trace, cluster, configs, placement)
+        run.spans = {}
+        run.run()
+        totals = steady.extend(run, short)
+        if totals is not None:
+            return run, totals
+        keep += steady.KEEP
+    run = _Replay(trace, cluster, configs, placement)
+    run.run()
+    return run, run.totals()
+
+
+def _stands_for(run: _Replay) -> dict[int, int]:
+    """Rank of the trace -> the ranks of the job it stands for: itself and the absent ranks whose
+    shadows copy it (each absent rank counted once, for the first call it shadows)."""
+    twin: dict[int, int] = {}
+    for copy, members in run.shadow_of.items():
+        for absent, rank in zip(copy, members, strict=True):
+            if rank in run.present and absent not in run.present:
+                twin.setdefault(absent, rank)
+    counts = dict.fromkeys(run.present, 1)
+    for rank in twin.values():
+        counts[rank] += 1
+    return counts
 
 
 def _class_ranks(run: _Replay, trace: Trace) -> dict[int, int]:
