@@ -5,7 +5,7 @@
 >>> from twin.topology import load_cluster
 >>> prediction = predict(Communicator.first(load_cluster("dgx-h100")), Op.ALLREDUCE, 1 << 30)
 >>> str(prediction.config), prediction.chosen_by, round(prediction.busbw_gbps)
-('nvls/simple/p2p nc=16 nt=640 chunk=131072', 'nccl', 463)
+('nvls/simple/p2p nc=16 nt=640 chunk=131072', 'nccl', 461)
 """
 
 from __future__ import annotations
