@@ -123,9 +123,16 @@ class ChannelShare:
 
 
 
-def _use_key(hop, dma: bool, flow: Flow) -> tuple:
-    """A flow's use of one hop: (hop, DMA, through a CPU) — the root complex forwards PCIe hops only."""
-    return hop, dma, flow.via_cpu and hop.kind != "net"
+def _hop_uses(flows: list[list]) -> dict:
+    """``uses[(hop, dma, via_cpu)]`` of ``[flow, copies]`` pairs, in first-use order (the root
+    complex forwards a redirected flow's PCIe hops only)."""
+    uses: dict = {}
+    for f, copies in flows:
+        dma = f.kind == "net"
+        for h in f.hops:
+            key = h, dma, f.via_cpu and h.kind != "net"
+            uses[key] = uses.get(key, 0) + copies
+    return uses
 
 
 @dataclass
@@ -179,13 +186,7 @@ class _Load:
     def uses(self) -> dict:
         """``uses[(hop, dma, via_cpu)]``: the channel flows crossing each hop in each way, in
         first-use order (built each time asked)."""
-        uses: dict = {}
-        for f, copies in self.flows():
-            dma = f.kind == "net"
-            for h in f.hops:
-                key = _use_key(h, dma, f)
-                uses[key] = uses.get(key, 0) + copies
-        return uses
+        return _hop_uses(self.flows())
 
     def links(self, proto: Proto, params: TwinParams) -> tuple[LinkUses, float]:
         """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``
@@ -230,15 +231,11 @@ class _Load:
         """``distinct``, ``kinds`` and the busiest proxy's actions for every protocol, from one walk
         over the distinct flows (a load is asked for all of them)."""
         flows = self.flows()
-        uses: dict = {}
+        uses = _hop_uses(flows)
         sends: dict[str, int] = {}
         recvs: dict[str, int] = {}
         for f, copies in flows:
-            dma = f.kind == "net"
-            for h in f.hops:
-                key = _use_key(h, dma, f)
-                uses[key] = uses.get(key, 0) + copies
-            if dma:
+            if f.kind == "net":
                 sends[f.src] = sends.get(f.src, 0) + copies
                 recvs[f.dst] = recvs.get(f.dst, 0) + copies
         self._kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in uses))

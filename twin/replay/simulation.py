@@ -482,7 +482,7 @@ def replay(trace: Trace, cluster: Cluster, configs: dict[Task, Config] | None = 
         raise ValueError("the placement was built with other parameters than the replay's params")
     run, totals = _simulate(trace, cluster, configs or {}, placement, periods)
     added = 0
-    while classes := _class_ranks(run, trace):
+    while classes := _class_ranks(run):
         # Shadows that ran unlike their calls: one rank of each such group joins the trace and runs
         # its representative's events on the shifted groups (``twin.placement.classes``).
         trace = with_ranks(trace, classes)
@@ -515,24 +515,24 @@ def _simulate(trace: Trace, cluster: Cluster, configs: dict[Task, Config], place
 def _stands_for(run: _Replay) -> dict[int, int]:
     """Rank of the trace -> the ranks of the job it stands for: itself and the absent ranks whose
     shadows copy it (each absent rank counted once, for the first call it shadows)."""
-    twin: dict[int, int] = {}
-    for copy, members in run.shadow_of.items():
-        for absent, rank in zip(copy, members, strict=True):
-            if rank in run.present and absent not in run.present:
-                twin.setdefault(absent, rank)
     counts = dict.fromkeys(run.present, 1)
-    for rank in twin.values():
+    for rank in _copied(run.shadow_of, run.present).values():
         counts[rank] += 1
     return counts
 
 
-def _class_ranks(run: _Replay, trace: Trace) -> dict[int, int]:
+def _class_ranks(run: _Replay) -> dict[int, int]:
     """Absent rank -> the rank of the trace it copies: the ranks of every shadow that did not end
     with its call, where that call's members in the trace sit (both ends of a pipeline pair)."""
-    present = {r.rank for r in trace.ranks}
+    return _copied(run.unlike, run.present)
+
+
+def _copied(shadows: dict[tuple[int, ...], tuple[int, ...]], present: set[int]) -> dict[int, int]:
+    """Absent rank -> the rank of the trace in its place, over ``shadows`` (a shadow's members ->
+    the members of the call it copies), for the first shadow naming it."""
     out: dict[int, int] = {}
-    for copy, members in run.unlike.items():
-        for i, rank in enumerate(members):
-            if rank in present and copy[i] not in present:
-                out.setdefault(copy[i], rank)
+    for copy, members in shadows.items():
+        for absent, rank in zip(copy, members, strict=True):
+            if rank in present and absent not in present:
+                out.setdefault(absent, rank)
     return out
