@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from traces.generate import generate, workload
@@ -28,12 +28,18 @@ def _close(got, want, path: str = "") -> None:
             _close(got[key], want[key], f"{path}.{key}")
     elif isinstance(want, list):
         assert len(got) == len(want), path
+        if path.endswith(".tasks"):  # sorted by total time; tasks whose totals tie may come in either order
+            got, want = sorted(got, key=_task_identity), sorted(want, key=_task_identity)
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             _close(g, w, f"{path}[{i}]")
     elif isinstance(want, float):
         assert math.isclose(got, want, rel_tol=1e-9, abs_tol=2e-3), (path, got, want)  # as_dict rounds to 1e-3
     else:
         assert got == want, path
+
+
+def _task_identity(task: dict) -> tuple:
+    return task["op"], task["nbytes"], task["dtype"], task["nranks"], task["group"]
 
 
 def _events(trace: Trace) -> int:
@@ -46,6 +52,7 @@ plans = st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sample
 
 @settings(max_examples=5, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))  # a replay each
 @given(plans, st.sampled_from(["dgx-h100", "a40-nvlink-pairs"]))
+@example((2, 1, 4, 29, True, "full"), "a40-nvlink-pairs")  # two TP groups' totals tie to the last bit
 def test_the_steady_state_replay_predicts_what_stepping_every_micro_batch_does(plan, topology):
     tp, dp, pp, micro_batches, sequence_parallel, recompute = plan
     work = gpt_workload(hidden=256, heads=8, layers=2 * pp, seq=128, tp=tp, dp=dp, pp=pp, micro_batch=1,
