@@ -61,7 +61,9 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 
 PROXY_ACTIONS = {Proto.LL: 1, Proto.LL128: 1, Proto.SIMPLE: 3}
 """Proxy actions on the critical path of one step: the send post; Simple adds the receiver's
-completion and flush (NCCL triples ``netOverhead`` for Simple)."""
+completion and flush (NCCL triples ``netOverhead`` for Simple).  Kept on sm_90 too, where no flush
+is posted (``needs_flush``): NCCL's cost model triples it there as well, and no measurement in
+the repository separates the two."""
 
 
 def needs_flush(sm_version: int, cpu_vendor: str) -> bool:
