@@ -151,7 +151,7 @@ PCIE_NODES = ("two PCIe nodes: NCCL's LL → Simple and ring → tree thresholds
               "by 30-40 %")
 NVLS_TREE_PROXY = ("two HGX B300 nodes: NVLS-Tree's 32 channels over 8 NICs put 4 channels on each GPU's proxy "
                    "thread, whose 4 posts per 32 KiB chunk step (NCCL's getNetOverhead, 1 µs each) outlast the "
-                   "chunk's 2.2 µs at the CTA's rate, so NCCL's 32 → 64 KiB step at 16 MiB falls 21 %; no measurement "
+                   "chunk's 2.2 µs at its link share, so NCCL's 32 → 64 KiB step at 16 MiB falls 21 %; no measurement "
                    "gives the CPU time a post really takes (≤ 0.75 µs would keep it within 10 %)")
 EFA_CHAIN = ("two nodes over EFA (12 µs per message): every LL/LL128 grain of a chain pays the busiest proxy's "
              "per-step time, where NCCL posts one network message per FIFO step of a whole chunk, so Simple at 1 GiB "
