@@ -98,14 +98,16 @@ class Links:
     ``src/graph/tuning.cc`` 2.28.9), on top of the ``1 + 1/ppn`` bytes each payload byte puts on a
     GPU's NVLinks (``twin.model.schedule``, NVLS)."""
     nvls_pass_us: float = _param(25.0, "µs", 0.0, 200.0)
-    """One chunk's pass through an NVLS collective on one node, up to the switch and back, of which
+    """One chunk's pass through an NVLS collective, up to the switch and back (across nodes the
+    NVLS-Tree's tree between node heads comes between the two), of which
     the twin's two NVLink steps are a part (the rest comes on the call's launch): each rank's
     scatter fences and posts, the head polls every rank's step through
     the switch (``multimem.ld_reduce.min`` on the step counters, ``prims_simple.h``), reduces and
     broadcasts with multimem loads and stores, fences and posts again, and the gather polls before
     it copies.  NCCL's own measured latency of that pass: ``hwLatencies[NVLINK][NVLS][SIMPLE]`` =
     25 µs (``src/graph/tuning.cc``, 2.26.6 and 2.28.9; 23 µs in 2.20.5, and in 2.18.5 the same
-    23 µs as the NVLS base latency), where a Ring step over NVLink is 3.4 µs.  The first chunk pays
+    23 µs as the NVLS base latency), where a Ring step over NVLink is 3.4 µs; NVLSTree's intra-node
+    latency is the same 25 µs (``hwLatencies[NVLINK][NVLS_TREE][SIMPLE]``).  The first chunk pays
     it; the chunks behind it follow at their transfers (as NCCL's cost model counts it once)."""
 
     def of(self, kind: str) -> IntraLink:

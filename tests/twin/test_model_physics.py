@@ -475,3 +475,39 @@ def test_rounded_pieces_keep_time_monotone_in_size(proto):
     sizes = sorted({int(2 ** (12 + i / 8)) // 4 * 4 for i in range(8 * 14 + 1)})
     times = [comm.schedule(comm.task(Op.ALLREDUCE, n), config).time_us() for n in sizes]
     assert all(b >= a * (1 - 1e-12) for a, b in pairwise(times))
+
+
+def test_a_proxy_threads_work_per_step_is_its_posts_not_the_waits_on_the_steps_path():
+    """A full pipeline's chunks follow each other no faster than the busiest proxy thread posts:
+    one send per step (NCCL's ``getNetOverhead``), plus a flush per received Simple step where the
+    GPU needs one (``ncclTopoNeedFlush``: sm < 90, or Grace over NVLink-C2C).  The receiver's wait
+    for completion and flush is latency on one step's path, which stays in the step's latency."""
+    h100 = CommGeometry(load_cluster("dgx-h100", nodes=2))
+    action = proxy_overhead_us(Proto.LL, h100.cpu_vendor, h100.params)
+    # 16 NVLS-Tree channels over 8 NICs: each head's thread sends 2 channels' steps; no flush on Hopper.
+    assert h100.share("nvls", 16, Proto.SIMPLE).proxy_us == pytest.approx(2 * action)
+    assert h100.share("nvls", 16, Proto.SIMPLE).proxy_us == h100.share("nvls", 16, Proto.LL).proxy_us
+    a100 = CommGeometry(load_cluster("dgx-a100", nodes=2))
+    simple, ll = (a100.share("tree", 16, p).proxy_us for p in (Proto.SIMPLE, Proto.LL))
+    assert simple == pytest.approx(2 * ll)  # every received Simple step is flushed on Ampere
+    # The step's latency still carries the receiver's completion and flush (NCCL's 3 × netOverhead).
+    assert net_step_latency_us(Proto.SIMPLE, fabric_us=1.0, cpu_vendor="intel") > (
+        net_step_latency_us(Proto.LL128, fabric_us=1.0, cpu_vendor="intel") + 2 * action)
+
+
+def test_nvls_tree_pays_the_nvls_pass_on_two_nodes_and_its_chunk_steps_barely_move_its_time():
+    """The first chunk of an NVLS-Tree AllReduce goes up to the switch and back as on one node
+    (NCCL's NVLSTree intra-node latency is its NVLS one, 25 µs); the tree between the node heads
+    comes between.  With the proxy charged its posts, NCCL's 32 → 64 → 128 KiB chunk steps at 8
+    and 64 MiB on two DGX H100 move the time by less than rule (b)'s 10 % (they fell 34 and 22 %)."""
+    geom = CommGeometry(load_cluster("dgx-h100", nodes=2))
+    slower = geom.with_params(dataclasses.replace(
+        DEFAULT_PARAMS, link=dataclasses.replace(DEFAULT_PARAMS.link, nvls_pass_us=50.0)))
+    base, more = (float(schedule_for(g, Op.ALLREDUCE, 64 * MIB, Algo.NVLS_TREE, Proto.SIMPLE, 16, 640,
+                                     1 << 17).time_us()) for g in (geom, slower))
+    assert more - base == pytest.approx(25.0)
+    comm = Communicator.first(load_cluster("dgx-h100", nodes=2))
+    for size, chunks in ((8 * MIB, (32768, 65536)), (64 * MIB, (65536, 131072))):
+        below, above = predict(comm, Op.ALLREDUCE, size - size // 1024), predict(comm, Op.ALLREDUCE, size)
+        assert (below.config.algo, below.config.chunk_bytes, above.config.chunk_bytes) == (Algo.NVLS_TREE, *chunks)
+        assert above.time_us > 0.9 * below.time_us

@@ -17,7 +17,14 @@ from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
-from twin.model.netpath import PROXY_ACTIONS, net_step_latency_us, proxy_action_us, proxy_overhead_us
+from twin.model.netpath import (
+    PROXY_ACTIONS,
+    needs_flush,
+    net_step_latency_us,
+    proxy_action_us,
+    proxy_overhead_us,
+    proxy_posts_per_recv,
+)
 from twin.model.protocols import hop_latency_us, store_efficiency
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster, Hop, TopologyError
@@ -118,8 +125,9 @@ class ChannelShare:
     step_us: float
     links: Sequence[LinkUse]
     proxy_us: float = 0.0
-    """CPU time the busiest proxy thread spends per step (one thread per GPU posts every network
-    step): however many chunks are in flight, steps follow each other no faster."""
+    """CPU time the busiest proxy thread is busy per step (one thread per GPU posts every network
+    step, ``_Load.busiest_proxy_work_us``): however many chunks are in flight, steps follow each
+    other no faster."""
 
 
 
@@ -242,7 +250,7 @@ class _Load:
         self._distinct = set(_profiles(uses).values())
         gpus = sends.keys() | recvs.keys()
         self._proxy = {per_recv: max((sends.get(g, 0) + recvs.get(g, 0) * per_recv for g in gpus), default=0)
-                       for per_recv in {actions - 1 for actions in PROXY_ACTIONS.values()}}
+                       for per_recv in {0, 1} | {actions - 1 for actions in PROXY_ACTIONS.values()}}
 
     def busiest_proxy_us(self, proto: Proto, cpu_vendor: str, params: TwinParams) -> float:
         """CPU time the busiest proxy thread spends on one step of every flow.
@@ -250,9 +258,20 @@ class _Load:
         One thread per GPU posts every network step that GPU sends, and for Simple also reaps and
         flushes every step it receives (``netpath.PROXY_ACTIONS``).
         """
+        return self._busiest_actions(PROXY_ACTIONS[proto] - 1) * proxy_action_us(cpu_vendor, params)
+
+    def busiest_proxy_work_us(self, proto: Proto, flush: bool, cpu_vendor: str, params: TwinParams) -> float:
+        """CPU time the busiest proxy thread is busy per step of every flow: a post per step it
+        sends, and a flush per Simple step it receives where the GPU needs one
+        (``netpath.proxy_posts_per_recv``).  Less than ``busiest_proxy_us`` for Simple: the
+        receivers' waits on that path overlap the thread's other connections."""
+        return self._busiest_actions(proxy_posts_per_recv(proto, flush)) * proxy_action_us(cpu_vendor, params)
+
+    def _busiest_actions(self, per_recv: int) -> int:
+        """The busiest thread's actions per step when each received step costs ``per_recv``."""
         if self._distinct is None:
             self._summarise()
-        return self._proxy[PROXY_ACTIONS[proto] - 1] * proxy_action_us(cpu_vendor, params)
+        return self._proxy[per_recv]
 
 
 def _profiles(uses: dict) -> dict[tuple[str, str], tuple[tuple, float]]:
@@ -551,7 +570,11 @@ class CommGeometry:
                 # on their network hops, inside those hops' latency.
                 step = max(step, proxy)
             links, gbps = load.links(proto, self.params)
-            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=proxy)
+            # A full pipeline's chunks follow each other no faster than the busiest thread's work
+            # per step; the waits on a step's path overlap (``NCCL_STEPS`` in flight).
+            work = load.busiest_proxy_work_us(proto, needs_flush(self.cluster.gpu.sm_version, self.cpu_vendor),
+                                              self.cpu_vendor, self.params)
+            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=work)
         return self._shares[key]
 
     def network_share(self, pattern: str) -> float:
@@ -587,6 +610,15 @@ class CommGeometry:
             self._latencies[key] = self._path_latency_us(pattern, proto)
         return self._latencies[key]
 
+    def nvls_switch_hop_us(self, proto: Proto) -> float:
+        """Mean latency of one step between a GPU and its NVSwitch (the NVLS pattern's NVLink hops;
+        on one node, the whole NVLS path's mean hop)."""
+        key = ("nvls-switch", proto)
+        if key not in self._latencies:
+            switch = [f for f in self.channel_flows("nvls", 0) if f.kind == "nvlink"]
+            self._latencies[key] = sum(self.hop_latency_us(f, proto) for f in switch) / len(switch) if switch else 0.0
+        return self._latencies[key]
+
     def _path_latency_us(self, pattern: str, proto: Proto) -> float:
         """Mean latency of the hops a piece of data crosses, one after another, in ``pattern``.
 
@@ -608,8 +640,7 @@ class CommGeometry:
             intra = [f for f in tree if not self._between_nodes(f)]
             hops = (self.ppn - 1) + levels
             return ((self.ppn - 1) * mean(intra) + levels * mean(inter)) / max(hops, 1)
-        switch = [f for f in self.channel_flows("nvls", 0) if f.kind == "nvlink"]
-        return (2 * mean(switch) + 2 * levels * mean(inter)) / (2 + 2 * levels)
+        return (2 * self.nvls_switch_hop_us(proto) + 2 * levels * mean(inter)) / (2 + 2 * levels)
 
 
 _SAME_ON_EVERY_CHANNEL = ("pairs", "sendrecv")

@@ -39,7 +39,9 @@ Those times are parameters (``TwinParams.net``); the proxy's actions per step ar
 A GPU's proxy thread posts the steps of all its channels one after another (``progressOps``,
 ``src/proxy.cc``), so where several channels leave through one GPU, the last one's step waits
 for the others' actions too (``CommGeometry.share``): no new constant, ``getNetOverhead`` per
-action.
+action.  What bounds a full pipeline is the thread's work, not the waits on one step's path:
+its posts (one send per step, a flush per received Simple step where ``needs_flush``), while
+each step's latency keeps the receiver's completion and flush (``PROXY_ACTIONS``).
 
 Other fabric kinds than InfiniBand (``twin.hardware.FABRIC_KINDS``: RoCE, TCP sockets, Google's
 GPUDirect-TCPX/TCPXO, AWS EFA, HPE Slingshot) change three things, and this module costs them
@@ -59,7 +61,40 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 
 PROXY_ACTIONS = {Proto.LL: 1, Proto.LL128: 1, Proto.SIMPLE: 3}
 """Proxy actions on the critical path of one step: the send post; Simple adds the receiver's
-completion and flush (NCCL triples ``netOverhead`` for Simple)."""
+completion and flush (NCCL triples ``netOverhead`` for Simple).  Kept on sm_90 too, where no flush
+is posted (``needs_flush``): NCCL's cost model triples it there as well, and no measurement in
+the repository separates the two."""
+
+
+def needs_flush(sm_version: int, cpu_vendor: str) -> bool:
+    """Whether a receiving proxy flushes every Simple step it receives with GPUDirect RDMA.
+
+    NCCL's ``ncclTopoNeedFlush`` (``src/graph/paths.cc``, master 5067397): "Flush is required on
+    Ampere and earlier"; from sm_90 none, unless the GPU reaches its CPU over NVLink-C2C (Grace:
+    GH200, GB200), whose data path is PCIe while the control path is C2C.
+
+    >>> needs_flush(80, "amd"), needs_flush(90, "intel"), needs_flush(100, "arm")
+    (True, False, True)
+    """
+    return sm_version < 90 or cpu_vendor == "arm"
+
+
+def proxy_posts_per_recv(proto: Proto, flush: bool) -> int:
+    """Network requests a proxy thread posts for each step it receives, beyond the steps it sends.
+
+    NCCL's model charges one "network post overhead" (``getNetOverhead``, ``src/graph/tuning.cc``)
+    per network step, whatever the protocol's latency; the twin charges it to the thread that
+    sends the step (its ``isend``; the matching receive was posted ahead, up to ``NCCL_STEPS``
+    slots before the data, ``recvProxyProgress`` in ``src/transport/net.cc``).  A Simple step
+    received with a flush costs its receiver one more post, the flush's RDMA read
+    (``ncclIbIflush``, ``src/transport/net_ib/p2p.cc``).  The receiver's wait for the completion
+    and the flush is latency on the step's path (``PROXY_ACTIONS``), not work: the thread serves
+    its other connections meanwhile.
+
+    >>> proxy_posts_per_recv(Proto.SIMPLE, True), proxy_posts_per_recv(Proto.SIMPLE, False)
+    (1, 0)
+    """
+    return int(flush and proto is Proto.SIMPLE)
 
 
 def proxy_action_us(cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:

@@ -308,15 +308,15 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # its own head's reduced chunk once more each way, ``1 + 1/ppn`` per payload byte.  Every
         # loop's stores are fenced before its step is posted (``postPeer``, ``prims_simple.h``:
         # ``fence_acq_rel_sys``), an NVLink round trip that no chunk in flight hides: ``1/ppn``
-        # of one per chunk.  On one node the first chunk's pass up to the switch and back costs
-        # NCCL's measured NVLS latency (``link.nvls_pass_us``), not two plain NVLink steps: its
-        # polls of every rank's step go through the switch and its fences wait for multimem
-        # stores; the chunks behind it follow at their transfers.
+        # of one per chunk.  The first chunk's pass up to the switch and back costs NCCL's measured
+        # NVLS latency (``link.nvls_pass_us``), not two plain NVLink steps: its polls of every
+        # rank's step go through the switch and its fences wait for multimem stores; the chunks
+        # behind it follow at their transfers.  Across nodes (NVLS-Tree) the same pass brackets
+        # the tree between the node heads (NCCL's NVLSTree latency: ``hwLatencies[NVLINK]
+        # [NVLS_TREE][SIMPLE]`` = 25 µs, plus the network hops).
         ppn = geom.ppn
         inter = 2 * math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else 0
-        pass_us = 0.0
-        if geom.nnodes == 1:
-            pass_us = max(0.0, params.link.nvls_pass_us - 2 * geom.share("nvls", nch, proto).step_us)
+        pass_us = max(0.0, params.link.nvls_pass_us - 2 * geom.nvls_switch_hop_us(proto))
         return shaped("pipeline", "nvls", 2 + inter, 1, rate_scale=params.link.nvls_efficiency * ppn / (ppn + 1),
                       fence_us=geom.nvlink_round_trip_us() / ppn, extra_launch=pass_us)
     # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
