@@ -31,6 +31,7 @@ from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, lay
 from twin.model.geometry import CommGeometry, LinkUse, LinkUses
 from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
 from twin.model.protocols import cta_copy_gbps
+from twin.model.workfifo import work_fetch_us
 from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS
 from twin.nccl_model.select import ring_quantum_bytes
 from twin.params import DEFAULT_PARAMS, TwinParams
@@ -221,7 +222,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     copy = cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, memory_ops_per_byte(op, algo, n, direct),
                          params=params)
     host = HostLaunch(gpus_per_process, params.protocol.host_launch_us, params.protocol.stream_query_us)
-    launch = params.protocol.launch_us.of(proto) + host.skew_us
+    start = params.protocol.launch_us.of(proto) + host.skew_us
+    # Its CTAs' work comes out of host memory first on releases before 2.22 (``twin.model.workfifo``).
+    launch = start + work_fetch_us(geom, nch)
     per_channel = nbytes / nch
     # Cut-through grain: LL's receiving thread takes a line as soon as its flag is valid, so a
     # ring step's data follows one CTA pass behind (``nthreads`` lines of 8 bytes: ``LLGenericOp``
@@ -284,7 +287,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         loops = np.maximum(1, np.ceil(per_peer / chunk))
         step_bytes = per_peer * peers / loops
         per_flow = len(flows) / (1 if op is Op.SENDRECV else n)
-        return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us, launch, cap,
+        return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us,
+                        start + work_fetch_us(geom, nch * lanes), cap,
                         scaled_links(share.links, per_flow), in_flight=PIPELINE_IN_FLIGHT, proxy_us=share.proxy_us,
                         host=host)
     if algo is Algo.RING:

@@ -93,6 +93,13 @@ class ReleaseFacts:
     cell_scheduler: bool
     """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
     channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
+    host_work_fifo: str
+    """Which CTAs of a collective kernel read their work from NCCL's FIFO in host memory, across
+    PCIe, before they start: ``"after_first"`` (2.8 – 2.12: block 0 takes the first work from the
+    kernel argument, every other CTA copies its ``ncclWork`` out of ``channel->workFifo``,
+    ``ncclCudaHostCalloc``'d), ``"every"`` (2.13 – 2.21: each CTA copies ``workHead +
+    blockIdx.x``, ``comm->workFifoHeap`` in ``cudaHost`` memory) or ``"none"`` (≥ 2.22.3: the work
+    travels in the kernel's 4 KiB of arguments)."""
 
 
 _SPEEDS_2_8 = (42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12)
@@ -130,6 +137,10 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         # src/collectives/device/all_reduce.h, all_gather.h, reduce_scatter.h @ v2.8.4-1 (and
         # src/device/all_reduce.h @ v2.19.3-1): realChunkSize / chunkSize rounded up to minChunkSize
         ring_chunk_quantum=True,
+        # src/collectives/device/common.h @ v2.8.4-1: ncclKernel passes the first work as argument
+        # to block 0; load_coll copies the rest from channel->workFifo (src/channel.cc:
+        # ncclCudaHostCalloc) and reads *comm->abortFlag, both in host memory
+        host_work_fifo="after_first",
     )),
     ((2, 10, 3), "src/graph/tuning.cc, src/enqueue.cc, src/graph/search.cc, src/graph/topo.h @ v2.10.3-1 "
                  "(Tree/CollNet Simple +3 warps; speedArrayIntra/Inter, SM80_NVLINK_WIDTH 22)", dict(
@@ -150,6 +161,8 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), cnc=(1.0, 1.9, 8.0)),
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 28.0), cnc=(5.0, 5.0, 10.7))),
     )),
+    ((2, 13, 4), "src/collectives/device/common.h @ v2.13.4-1 (every CTA copies its work from workHead, "
+                 "the host FIFO)", dict(host_work_fifo="every")),
     ((2, 14, 3), "src/graph/tuning.cc @ v2.14.3-1 (CollNet split into Direct and Chain)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain"),
         algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain"),
@@ -211,8 +224,9 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 14.0), (0, 0, 31.0), (0, 0, 30.0), (0, 0, 18.0), (0, 0, 14.0))),
         ll_max=_rows((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0)), ring_ll_factor=0.5,
     )),
-    ((2, 22, 3), "src/enqueue.cc @ v2.22.3-1 (channels filled in cells of 16 KiB of traffic)",
-     dict(cell_scheduler=True, tree_all_threads=True)),
+    ((2, 22, 3), "src/enqueue.cc, src/device/common.h @ v2.22.3-1 (channels filled in cells of 16 KiB of "
+                 "traffic; work in the kernel arguments: ncclDevWorkStorageTypeArgs)",
+     dict(cell_scheduler=True, tree_all_threads=True, host_work_fifo="none")),
     ((2, 23, 4), "src/graph/tuning.cc @ v2.23.4-1 (PAT; Tree/Simple latencies; LL128 over NVB)", dict(
         algorithms=("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"),
         algo_names=("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"),
