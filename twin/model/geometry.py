@@ -427,9 +427,10 @@ class CommGeometry:
         an all-NVLink mesh) the twin's rotations of the rank order: none here."""
         if self._rings is None:
             c = self.cluster
-            pcie = any(a != b and not c.graph.has_edge(a, b) for a in self.ranks for b in self.ranks)
-            self._rings = (ring_orders(c, self.ranks, nccl_version=self.nccl_version)
-                           if self.nnodes == 1 and self.nranks > 2 and not c.has_nvswitch() and pcie else [])
+            self._rings = []
+            if self.nnodes == 1 and self.nranks > 2 and not c.has_nvswitch() and any(
+                    a != b and not c.graph.has_edge(a, b) for a in self.ranks for b in self.ranks):
+                self._rings = ring_orders(c, self.ranks, nccl_version=self.nccl_version)
         return self._rings
 
     def ring(self, channel: int) -> list[str]:
@@ -461,6 +462,8 @@ class CommGeometry:
         ['gpu3', 'gpu2', 'gpu1', 'gpu0', 'gpu7', 'gpu6', 'gpu5', 'gpu4']
         """
         gpus = self._hosts[host_rank]
+        if len(gpus) == 1:  # one GPU per node (a data-parallel tree): no chain
+            return gpus
         head = self._local_order(host_rank, channel)[-1] if self.nnodes > 1 else gpus[(channel - 1) % len(gpus)]
         shape = self.cluster.host_shape(self.cluster.host_of(head))
         # Hosts of one shape walk alike: the chain is found once per shape, head and GPUs (local names).
