@@ -38,10 +38,12 @@ def _collective(env: simpy.Environment, net: FluidNetwork, run: CollectiveRun, e
     s = run.schedule
     yield env.timeout(run.start_us + float(s.launch_us))
     for i in range(int(s.n_steps)):
-        transfer = net.start(float(s.step_bytes), s.links, float(s.cap_gbps))
+        # A pipeline's first chunk crosses each hop at that hop's rate (``Schedule.fill_scale``).
+        fill = float(s.fill_scale) if i < s.fill_steps else 1.0
+        transfer = net.start(float(s.step_bytes) * fill, s.links, float(s.cap_gbps))
         rate = max(transfer.rate_gbps, 1e-9)
         # A full pipeline's chunk waits for a share of a step's latency only (``Schedule.pace_us``).
-        wait = s.latency_us(rate) if i < s.fill_steps else max(s.step_time_us(rate) / s.in_flight - s.sync_us,
+        wait = s.fill_latency_us(rate) if i < s.fill_steps else max(s.step_time_us(rate) / s.in_flight - s.sync_us,
                                                                s.proxy_us - s.sync_us, 0.0)
         yield transfer.done & env.timeout(float(wait))
         if s.sync_us:

@@ -26,6 +26,7 @@ from twin.model.netpath import (
     proxy_posts_per_recv,
 )
 from twin.model.protocols import hop_latency_us, store_efficiency
+from twin.nccl_model.search import ring_orders
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster, Hop, TopologyError
 
@@ -320,6 +321,8 @@ class CommGeometry:
         self._nics = [cluster.channel_nics(gpus) for gpus in self._hosts] if len(self._hosts) > 1 else None
         self._flow = lru_cache(maxsize=None)(self._flow_uncached)
         self._orders: dict[tuple[int, int], list[str]] = {}
+        self._chains: dict[tuple, list[str]] = {}  # tree chains by host shape and ring order
+        self._rings: list[list[str]] | None = None  # NCCL's searched rings, where they are used
         self._flows: dict[tuple[str, int], list[Flow]] = {}
         self._flow_lists: dict[tuple, list[Flow]] = {}  # by pattern and the ids of the flows
         self._loads: dict[str, dict[int, _Load]] = {}
@@ -415,7 +418,9 @@ class CommGeometry:
         nic = self.nic(host_rank, channel)
         if nic is None or len(gpus) == 1:
             rot = channel % len(gpus)
-            order = gpus[rot:] + gpus[:rot]
+            rings = self._searched_rings()
+            ring = rings[channel % len(rings)] if rings else gpus
+            order = ring[rot:] + ring[:rot]
         else:
             def closeness(g: str) -> tuple[int, bool]:
                 return self.cluster.pcie_distance(g, nic), self.cluster.nic_of(g) != nic
@@ -432,6 +437,21 @@ class CommGeometry:
         self._orders[key] = order
         return order
 
+    def _searched_rings(self) -> list[list[str]]:
+        """On one node whose GPUs reach some others only over PCIe (no NVSwitch, not an all-NVLink
+        mesh), the rings of NCCL's search (``twin.nccl_model.search.ring_orders``): which way each
+        channel goes round matters there, since the search sends channels the other way round
+        when one way's PCIe links are taken (4 A40s in NVLink pairs: two channels 0-1-2-3, two
+        0-3-2-1, so each PCIe link carries half the channels each way).  Elsewhere (an NVSwitch,
+        an all-NVLink mesh) the twin's rotations of the rank order: none here."""
+        if self._rings is None:
+            c = self.cluster
+            self._rings = []
+            if self.nnodes == 1 and self.nranks > 2 and not c.has_nvswitch() and any(
+                    a != b and not c.graph.has_edge(a, b) for a in self.ranks for b in self.ranks):
+                self._rings = ring_orders(c, self.ranks, nccl_version=self.nccl_version)
+        return self._rings
+
     def ring(self, channel: int) -> list[str]:
         """Ranks in ring order for one channel: node after node, each node's GPUs in a chain."""
         return [g for h in range(self.nnodes) for g in self._local_order(h, channel)]
@@ -440,12 +460,60 @@ class CommGeometry:
         order = self.ring(channel)
         return [self.flow(a, b, channel) for a, b in zip(order, order[1:] + order[:1], strict=True) if a != b]
 
+    def tree_chain(self, host_rank: int, channel: int) -> list[str]:
+        """The node's GPUs as channel ``channel``'s tree chain visits them, from its head.
+
+        The head is, across nodes, the ring's last GPU there (the one nearest the channel's NIC
+        that the ring leaves from); on one node channels start at successive GPUs.  From it the
+        chain goes on to the nearest GPU not yet in it (fewest CPUs on the way, then the widest
+        path, then the fewest hops; ties in descending order from the last one), so it leaves a
+        group of GPUs — an NVLink pair, a PCIe switch, a socket — only once all of it is in:
+        NCCL's tree search walks the node this way (``ncclTopoSearchNextGpuSort`` orders the next
+        GPUs by the path's bandwidth, ``src/graph/search.cc``), and a chain, unlike a ring, need
+        not come back to its start.  Where every GPU is as near as any other (an NVSwitch) this
+        is the ring's order backwards.
+
+        >>> from twin.topology import load_cluster
+        >>> geom = CommGeometry(load_cluster("l40s-pcie", nodes=2))
+        >>> [g.split("/")[1] for g in geom.ring(0)[:8]]  # in at GPU 0 by NIC 0, out at GPU 3
+        ['gpu0', 'gpu1', 'gpu2', 'gpu4', 'gpu5', 'gpu6', 'gpu7', 'gpu3']
+        >>> [g.split("/")[1] for g in geom.tree_chain(0, 0)]  # crosses the sockets once
+        ['gpu3', 'gpu2', 'gpu1', 'gpu0', 'gpu7', 'gpu6', 'gpu5', 'gpu4']
+        """
+        gpus = self._hosts[host_rank]
+        if len(gpus) == 1:  # one GPU per node (a data-parallel tree): no chain
+            return gpus
+        head = self._local_order(host_rank, channel)[-1] if self.nnodes > 1 else gpus[(channel - 1) % len(gpus)]
+        shape = self.cluster.host_shape(self.cluster.host_of(head))
+        # Hosts of one shape walk alike: the chain is found once per shape, head and GPUs (local names).
+        key = (shape, *(g.split("/", 1)[-1] for g in (head, *gpus))) if shape is not None else (head, *gpus)
+        if key not in self._chains:
+            position = {g: i for i, g in enumerate(gpus)}
+            chain = [head]
+            left = [g for g in gpus if g != head]
+            while left:
+                last = chain[-1]
+                nxt = min(left, key=lambda g: (*self._distance(last, g), (position[last] - position[g]) % len(gpus)))
+                chain.append(nxt)
+                left.remove(nxt)
+            self._chains[key] = [g.split("/", 1)[-1] for g in chain] if shape is not None else chain
+        prefix = head.split("/", 1)[0] + "/" if shape is not None else ""
+        return [prefix + g for g in self._chains[key]]
+
+    def _distance(self, a: str, b: str) -> tuple[int, float, int]:
+        """How far GPU ``b`` is from GPU ``a`` of the same node on the communicator's transport:
+        the CPUs its route crosses, minus its narrowest link's bandwidth, its hops."""
+        hops = self._route(a, b, None)
+        graph = self.cluster.graph
+        return (sum(graph.nodes[h.dst]["kind"] == "cpu" for h in hops), -min(h.bw for h in hops), len(hops))
+
     def tree_flows(self, channel: int) -> list[Flow]:
-        """Chain inside each node to its head, binary tree between node heads, both directions."""
+        """Chain inside each node to its head (``tree_chain``), binary tree between node heads,
+        both directions."""
         flows = []
         heads = []
         for h in range(self.nnodes):
-            chain = self._local_order(h, channel)[::-1]  # the head sits nearest the channel's NIC
+            chain = self.tree_chain(h, channel)
             heads.append(chain[0])
             for a, b in zip(chain[1:], chain[:-1], strict=True):
                 flows += [self.flow(a, b), self.flow(b, a)]
@@ -589,6 +657,45 @@ class CommGeometry:
         if pattern == "tree":
             return levels / ((self.ppn - 1) + levels)
         return levels / (1 + levels)  # nvls: to the switch and back, then the tree between nodes
+
+    def fill_ratios(self, pattern: str, proto: Proto) -> tuple[tuple[float, float], ...]:
+        """(weight, bottleneck rate / the hop's own rate) of each hop a piece of data crosses in
+        a pipeline (``tree``: the chain inside a node, then the hops between nodes, weighted as
+        ``path_latency_us`` weighs them; ``chain``: its hops), once per pattern and protocol.
+
+        Once a pipeline is full every chunk moves at its slowest hop's pace, but its first chunk
+        crosses each hop at that hop's own rate: over the NVLink bridge of a pair in a fraction
+        of the time it takes across the sockets.  Rates are compared on channel 0's flows: a
+        hop's rate is the narrowest of its links' payload rates (``store_efficiency``, the root
+        complex's share for redirected peer-to-peer traffic) over the channel's flows crossing
+        it; alike channels load links alike, so the ratio holds for any channel count.
+        """
+        key = ("fill", pattern, proto)
+        if key not in self._latencies:
+            flows = self.channel_flows(pattern, 0)
+            count: dict[tuple[str, str], int] = {}
+            for f in flows:
+                for h in f.hops:
+                    count[h.src, h.dst] = count.get((h.src, h.dst), 0) + 1
+
+            def rate(f: Flow) -> float:
+                rc = self.params.link.root_complex_p2p_efficiency
+                return min(h.bw * store_efficiency(proto, h.kind, dma=f.kind == "net", params=self.params)
+                           * (rc if f.via_cpu and h.kind != "net" else 1.0) / count[h.src, h.dst] for h in f.hops)
+
+            if pattern == "tree":
+                inter = [f for f in flows if self._between_nodes(f)]
+                intra = [f for f in flows if not self._between_nodes(f)]
+                levels = math.ceil(math.log2(self.nnodes)) if self.nnodes > 1 else 0
+                weighted = [((self.ppn - 1) / len(intra), f) for f in intra] if intra else []
+                weighted += [(levels / len(inter), f) for f in inter] if inter else []
+            else:
+                weighted = [(1.0, f) for f in flows]
+            total = sum(w for w, _ in weighted)
+            slowest = min((rate(f) for _, f in weighted), default=1.0)
+            ratios = tuple((w / total, slowest / rate(f)) for w, f in weighted)
+            self._latencies[key] = () if all(r == 1.0 for _, r in ratios) else ratios  # (): every hop alike
+        return self._latencies[key]
 
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:
         """One step over ``flow``.  Inside a node of a communicator that spans nodes, an LL step

@@ -115,6 +115,10 @@ class Schedule:
     proxy_us: float = 0.0
     """The busiest proxy thread's CPU time per step (``ChannelShare.proxy_us``): one thread posts
     every network step of its GPU, so a full pipeline's chunks follow each other no faster."""
+    fill_scale: float = 1.0
+    """A pipeline's fill steps move the first chunk over one hop each, at that hop's own rate:
+    their transfer takes this share of a step at ``gbps`` (the mean over the hops of
+    ``gbps`` / the hop's rate, ``fill_gbps_scale``); 1 where every hop is as fast as the slowest."""
     host: HostLaunch = field(default_factory=HostLaunch)
     """The host thread that launches the call (``twin.model.host``); ``launch_us`` already holds
     its ``skew_us``, the wait for the last GPU's launch."""
@@ -136,8 +140,14 @@ class Schedule:
                                      self.step_time_us(gbps) / self.in_flight), self.proxy_us)
 
     def steps_time_us(self, gbps):
-        """All the steps at ``gbps``: the full-latency ones, then the paced ones."""
-        return self.fill_steps * self.step_time_us(gbps) + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
+        """All the steps at ``gbps``: the full-latency ones (a pipeline's first chunk crossing each
+        hop at that hop's rate, ``fill_scale``), then the paced ones."""
+        fill = np.maximum(self.fill_scale * self.step_bytes / (gbps * 1e3), self.fill_latency_us(gbps)) + self.sync_us
+        return self.fill_steps * fill + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
+
+    def fill_latency_us(self, gbps):
+        """``latency_us`` of a fill step: its grain crosses the hop at the hop's rate (``fill_scale``)."""
+        return self.step_us + self.fill_scale * self.unit_bytes / (gbps * 1e3)
 
     def latency_us(self, gbps):
         """The part of a step that does not overlap the transfer: hop latency plus one grain."""
@@ -267,10 +277,15 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # A ring round hands over each of its slices; a pipeline step is one slice (Tree, Broadcast
         # and Reduce run ``ProtoSimple<1, 1>``: one step per chunk, one slice per step).
         slices = step_bytes / grain_bytes if shape == "rounds" else 1.0
+        # A one-node chain's first chunk crosses each hop at that hop's rate (``fill_gbps_scale``).
+        # Across nodes the same holds, but is not applied yet: it moves the multi-node A100 and
+        # EFA files other parts fit (docs/physics.md, "Pipeline fill at each hop's rate").
+        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), share.gbps * rate_scale, cap)
+                if shape == "pipeline" and pattern in ("tree", "chain") and geom.nnodes == 1 else 1.0)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, slices, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us, host)
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us, fill, host)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -326,6 +341,20 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
     steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
     return shaped("pipeline", "tree", steps, 1)
+
+
+def fill_gbps_scale(ratios: Sequence[tuple[float, float]], link_gbps: float, cap):
+    """The share of a step at the pipeline's rate that one of its fill steps takes: the weighted
+    mean over its hops of the rate (the slower of the links' ``link_gbps`` and the CTA's ``cap``)
+    over that hop's rate (``link_gbps`` / its ``ratio``, or the CTA's ``cap`` if slower).
+
+    >>> float(fill_gbps_scale(((0.5, 1.0), (0.5, 0.1)), 10.0, 200.0))  # a hop 10x the slowest's rate
+    0.55
+    >>> float(fill_gbps_scale(((0.5, 1.0), (0.5, 0.1)), 10.0, 5.0))   # the CTA binds every hop
+    1.0
+    """
+    gbps = np.minimum(link_gbps, cap)
+    return sum(w * gbps / np.minimum(link_gbps / ratio, cap) for w, ratio in ratios) if ratios else 1.0
 
 
 def tree_split(proto: Proto, nthreads):

@@ -67,21 +67,7 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
     per_host = []
     signatures: dict[tuple, tuple] = {}  # hosts of one shape (``Cluster.host_shape``) with the same GPUs look alike
     for host, gpus in hosts.items():
-        shape = cluster.host_shape(host)
-        alike = (shape, tuple(sorted(g.split("/", 1)[-1] for g in gpus))) if shape is not None else (host,)
-        if alike not in signatures:
-            signatures[alike] = _host_signature(graph, host, gpus)
-        key = (signatures[alike], inter, sm, vendor, max_channels, release.search_speeds, release.sm80_nvlink_bw)
-        if key not in _SEARCHES:  # identical hosts (and repeated calls) search alike
-            if len(_SEARCHES) >= _CACHE_SIZE:
-                _SEARCHES.pop(next(iter(_SEARCHES)))
-            system = build_system(graph, host, gpus, inter, sm, vendor, release.sm80_nvlink_bw)
-            lists = release.search_speeds
-            ring = compute(system, RING, 1, max_channels // 2, lists)
-            tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels, lists)
-            nvls = compute(system, NVLS, 1, max_channels, lists) if len(gpus) > 1 else None
-            _SEARCHES[key] = (system, ring, tree, nvls)
-        system, ring, tree, nvls = _SEARCHES[key]
+        system, ring, tree, nvls = _host_searches(cluster, host, gpus, inter, sm, vendor, release, signatures)
         per_host.append((system, ring, tree, nvls if nvls_enable else None))
     ring = _agree([r for _, r, _, _ in per_host])
     tree = _agree([t for _, _, t, _ in per_host])
@@ -113,6 +99,50 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         buffsize=int(env.get("NCCL_BUFFSIZE", 4 << 20)),
         latency_inter=cluster.fabric.reported_latency_us if inter else 0.0,
     )
+
+
+def ring_orders(cluster: Cluster, ranks: list[str], *,
+                nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION) -> list[list[str]]:
+    """The GPUs of each ring channel NCCL's search finds for a one-host communicator of ``ranks``,
+    in ring order (each search channel once; NCCL runs each twice).
+
+    >>> from twin.topology import load_cluster
+    >>> pairs = load_cluster("a40-nvlink-pairs", nodes=1)
+    >>> [[g.split("/")[1][3:] for g in ring] for ring in ring_orders(pairs, pairs.gpus()[:4])]
+    [['0', '1', '2', '3'], ['0', '1', '2', '3'], ['0', '3', '2', '1'], ['0', '3', '2', '1']]
+    """
+    graph = cluster.graph
+    hosts = {graph.nodes[g]["host"] for g in ranks}
+    if len(hosts) != 1:
+        raise ValueError(f"ring orders are for one host; the ranks are on {len(hosts)}")
+    sm = min(gpu_spec(graph.nodes[g]["model"]).sm_version for g in ranks)
+    _, ring, _, _ = _host_searches(cluster, hosts.pop(), list(ranks), False, sm, _cpu_vendor(graph),
+                                   facts(nccl_version), {})
+    by_index = sorted(ranks, key=lambda g: graph.nodes[g].get("local", 0))  # the search's GPU indices
+    return [[by_index[i] for i in channel] for channel in ring.intra]
+
+
+def _host_searches(cluster: Cluster, host, gpus: list[str], inter: bool, sm: int, vendor: str, release,
+                   signatures: dict) -> tuple:
+    """(system, ring, tree, nvls graphs) of one host's GPUs, searched once for hosts alike
+    (``signatures`` keeps, per call, the signatures of hosts already seen)."""
+    graph = cluster.graph
+    shape = cluster.host_shape(host)
+    alike = (shape, tuple(sorted(g.split("/", 1)[-1] for g in gpus))) if shape is not None else (host,)
+    if alike not in signatures:
+        signatures[alike] = _host_signature(graph, host, gpus)
+    max_channels = release.max_channels  # MAXCHANNELS: 32 before 2.25, 64 after
+    key = (signatures[alike], inter, sm, vendor, max_channels, release.search_speeds, release.sm80_nvlink_bw)
+    if key not in _SEARCHES:  # identical hosts (and repeated calls) search alike
+        if len(_SEARCHES) >= _CACHE_SIZE:
+            _SEARCHES.pop(next(iter(_SEARCHES)))
+        system = build_system(graph, host, gpus, inter, sm, vendor, release.sm80_nvlink_bw)
+        lists = release.search_speeds
+        ring = compute(system, RING, 1, max_channels // 2, lists)
+        tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels, lists)
+        nvls = compute(system, NVLS, 1, max_channels, lists) if len(gpus) > 1 else None
+        _SEARCHES[key] = (system, ring, tree, nvls)
+    return _SEARCHES[key]
 
 
 def build_system(graph, host, gpus: list[str], inter: bool, sm: int, vendor: str,
