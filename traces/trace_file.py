@@ -9,6 +9,7 @@ save never leaves a partial file behind.
 from __future__ import annotations
 
 import contextlib
+import gc
 import glob
 import gzip
 import json
@@ -53,18 +54,41 @@ def load_trace(path: str | PathLike[str]) -> Trace:
     decoded whole."""
     path = str(path)
     opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as file:
-            trace = _Lines(path).read(file)
-        if trace is None:
+    with _collector_paused():
+        try:
             with opener(path, "rt", encoding="utf-8") as file:
-                trace = trace_from_dict(json.load(file), path)
-    except _UNREADABLE as err:
-        raise TraceError(f"not a readable trace JSON file ({err})", path) from None
-    except OSError as err:
-        raise TraceError(f"cannot read the trace ({err.strerror or err})", path) from None
-    trace.validate(path)
+                trace = _Lines(path).read(file)
+            if trace is None:
+                with opener(path, "rt", encoding="utf-8") as file:
+                    trace = trace_from_dict(json.load(file), path)
+        except _UNREADABLE as err:
+            raise TraceError(f"not a readable trace JSON file ({err})", path) from None
+        except OSError as err:
+            raise TraceError(f"cannot read the trace ({err.strerror or err})", path) from None
+        trace.validate(path)
+    if sum(len(rank.events) for rank in trace.ranks) >= FROZEN_EVENTS:
+        gc.freeze()
     return trace
+
+
+FROZEN_EVENTS = 100_000
+"""A loaded trace of at least this many events is moved out of the cyclic garbage collector's
+generations (``gc.freeze``): it holds no reference cycles (it is freed as soon as nothing refers
+to it), and every full collection while it lives would otherwise walk each of its objects (2–3 s
+of a 32-GPU Yi-34B evaluation per collection, at 2.1 M events)."""
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """The cyclic garbage collector off while a trace is read (the objects it makes live on, so
+    the collections it would trigger, each walking them all, find nothing)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def save_trace(trace: Trace, path: str | PathLike[str]) -> None:
