@@ -20,9 +20,10 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from traces.schema import Trace
+if TYPE_CHECKING:
+    from traces.schema import Trace
 
 __all__ = ["per_trace"]
 
@@ -30,15 +31,21 @@ R = TypeVar("R")
 
 
 def per_trace(function: Callable[[Trace], R]) -> Callable[[Trace], R]:
-    """``function(trace)``, worked out once per trace object."""
+    """``function(trace)``, worked out once per trace object; ``.store(trace, result)`` records a
+    result found otherwise (while the trace was read, say)."""
     results: dict[int, R] = {}
+
+    def store(trace: Trace, result: R) -> None:
+        key = id(trace)
+        if key not in results:
+            weakref.finalize(trace, results.pop, key, None)
+        results[key] = result
 
     @functools.wraps(function)
     def cached(trace: Trace) -> R:
-        key = id(trace)
-        if key not in results:
-            results[key] = function(trace)
-            weakref.finalize(trace, results.pop, key, None)
-        return results[key]
+        if id(trace) not in results:
+            store(trace, function(trace))
+        return results[id(trace)]
 
+    cached.store = store
     return cached

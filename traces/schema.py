@@ -20,18 +20,22 @@ docs/trace-format.md; ``traces.trace_file`` reads and writes it.
 
 from __future__ import annotations
 
+import functools
 import math
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from itertools import count
 from operator import attrgetter
 from typing import Any
 
 from traces.errors import TraceError
+from traces.memo import per_trace
 from traces.task import DTYPE_BYTES, Op, Task
 
 __all__ = ["DIRECTIONS", "MAX_WORLD_SIZE", "CollectiveEvent", "ComputeEvent", "Event", "ProcessGroup", "RankTrace",
-           "Trace"]
+           "Signatures", "Trace", "event_signatures"]
 
 
 MAX_WORLD_SIZE = 1 << 20
@@ -153,9 +157,10 @@ class Trace:
                 return group
         raise KeyError(group_id)
 
-    @property
+    @functools.cached_property
     def iterations(self) -> int:
-        """How many training iterations the trace covers (distinct iteration indices, at least 1)."""
+        """How many training iterations the trace covers (distinct iteration indices, at least 1);
+        counted once per trace (it is immutable; a breakdown and a report each ask)."""
         seen = {event.iteration for rank in self.ranks for event in rank.events}
         return max(len(seen), 1)
 
@@ -241,11 +246,11 @@ def _validate(trace: Trace, path: str | None) -> None:
         _check(not outside, f"{where} has ranks {outside} outside world_size {trace.world_size}", path)
         groups[group.id] = group
     seen_ranks: set[int] = set()
-    for rank in trace.ranks:
+    for rank, signature in zip(trace.ranks, event_signatures(trace), strict=True):
         _check(0 <= rank.rank < trace.world_size, f"outside world_size {trace.world_size}", path, rank.rank)
         _check(rank.rank not in seen_ranks, "listed twice", path, rank.rank)
         seen_ranks.add(rank.rank)
-        _validate_events(rank, groups, path)
+        _validate_events(rank, signature, groups, path)
     _validate_agreement(trace, path)
 
 
@@ -257,35 +262,66 @@ _CONTENT = {cls: attrgetter(*(f.name for f in fields(cls) if f.name not in ("id"
             for cls in (CollectiveEvent, ComputeEvent)}
 
 
-def _content(event) -> tuple | None:
-    """What an event's own checks depend on: every field but ``id`` and ``after`` (and the type of
-    its op, which one of them tests); ``None`` for what cannot be compared so (an unhashable field)."""
+def _content(event) -> object:
+    """Every field of an event but ``id`` and ``after``, with its class and the type of its op
+    (a check tests it); an object equal to no other for an event of another class."""
     getter = _CONTENT.get(event.__class__)
     if getter is None:
-        return None
-    key = (event.__class__, type(getattr(event, "op", None)), getter(event))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+        return object()
+    return event.__class__, type(getattr(event, "op", None)), getter(event)
 
 
-def _validate_events(rank: RankTrace, groups: dict[str, ProcessGroup], path: str | None) -> None:
+class Signatures:
+    """Numbers events by what they are, all but ``id`` and ``after``: equal numbers for equal events
+    (``event_signatures``; ``traces.trace_file`` numbers a file's events as it reads them)."""
+
+    def __init__(self) -> None:
+        self.interned: dict = {}
+        self.numbers = count()
+
+    def of(self, event) -> int:
+        """The number of one event (a fresh one when a field cannot be hashed: a list for a tuple)."""
+        try:
+            return self.interned.setdefault(_content(event), next(self.numbers))
+        except TypeError:
+            return next(self.numbers)
+
+    def all(self, events) -> array:
+        """The numbers of a rank's events."""
+        try:
+            return array("q", map(self.interned.setdefault, map(_content, events), self.numbers))
+        except TypeError:
+            return array("q", map(self.of, events))
+
+
+@per_trace
+def event_signatures(trace: Trace) -> tuple[array, ...]:
+    """Per rank of the trace (in its order), one number per event, equal for events of the rank
+    that are equal but for their ``id`` and ``after`` (``Signatures``): a pipeline's thousand
+    micro-batches are a few hundred distinct events.  Worked out once per trace (validation, the
+    replay's steady state and the count of distinct calls share it).
+
+    >>> f, b = ComputeEvent(0, "f"), ComputeEvent(1, "b", after=(0,))
+    >>> t = Trace(1, (), (RankTrace(0, (f, b, ComputeEvent(2, "f"), ComputeEvent(3, "b", after=(2,)))),))
+    >>> event_signatures(t)[0].tolist()
+    [0, 1, 0, 1]
+    """
+    signatures = Signatures()
+    return tuple(signatures.all(rank.events) for rank in trace.ranks)
+
+
+def _validate_events(rank: RankTrace, signature: array, groups: dict[str, ProcessGroup], path: str | None) -> None:
     """Each event's id and dependencies, and its fields: an event equal to one already checked on
-    this rank but for its id and dependencies (a pipeline's thousand micro-batches repeat a few
-    hundred events) is not checked again."""
+    this rank but for its id and dependencies (``event_signatures``) is not checked again."""
     ids: set[int] = set()
-    checked: set[tuple] = set()
-    for event in rank.events:
+    checked: set[int] = set()
+    for event, same in zip(rank.events, signature, strict=True):
         if event.id in ids or not ids.issuperset(event.after):
             _check_order(event, ids, rank.rank, path)
         ids.add(event.id)
-        content = _content(event)
-        if content is None or content not in checked:
+        if same not in checked:
             _check_fields(event, rank.rank, groups, path)
-            if content is not None:
-                checked.add(content)
+            checked.add(same)
 
 
 def _check_order(event, ids: set[int], rank: int, path: str | None) -> None:

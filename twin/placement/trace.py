@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from operator import attrgetter
 
+import numpy as np
+
 from traces.memo import per_trace
-from traces.schema import CollectiveEvent, Trace
+from traces.schema import CollectiveEvent, Trace, event_signatures
 from traces.task import Op, Task
 from tuner.config import Config
 from tuner.knobs import DEFAULT_NCCL_VERSION
@@ -107,11 +109,14 @@ def distinct_calls(trace: Trace) -> tuple[tuple[int, CollectiveEvent, int], ...]
     [(0, 0, 3), (0, 1, 2)]
     """
     out = []
-    for rank in trace.ranks:
-        calls = [event for event in rank.events if isinstance(event, CollectiveEvent)]
-        keys = list(map(_CALL_FIELDS, calls))
-        first = dict(zip(reversed(keys), reversed(calls), strict=True))  # the last written is the first call
-        out += [(rank.rank, first[key], n) for key, n in Counter(keys).items()]
+    for rank, signature in zip(trace.ranks, event_signatures(trace), strict=True):
+        _, first, counts = np.unique(np.frombuffer(signature, np.int64), return_index=True, return_counts=True)
+        calls: dict[tuple, list] = {}  # a call's fields -> [its first event, how many]
+        for i in np.argsort(first, kind="stable").tolist():  # each distinct event, as first issued
+            event = rank.events[first[i]]
+            if isinstance(event, CollectiveEvent):
+                calls.setdefault(_CALL_FIELDS(event), [event, 0])[1] += int(counts[i])
+        out += [(rank.rank, event, n) for event, n in calls.values()]
     return tuple(out)
 
 
