@@ -20,17 +20,22 @@ docs/trace-format.md; ``traces.trace_file`` reads and writes it.
 
 from __future__ import annotations
 
+import functools
 import math
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from itertools import count
+from operator import attrgetter
 from typing import Any
 
 from traces.errors import TraceError
+from traces.memo import per_trace
 from traces.task import DTYPE_BYTES, Op, Task
 
 __all__ = ["DIRECTIONS", "MAX_WORLD_SIZE", "CollectiveEvent", "ComputeEvent", "Event", "ProcessGroup", "RankTrace",
-           "Trace"]
+           "Signatures", "Trace", "event_signatures"]
 
 
 MAX_WORLD_SIZE = 1 << 20
@@ -152,9 +157,10 @@ class Trace:
                 return group
         raise KeyError(group_id)
 
-    @property
+    @functools.cached_property
     def iterations(self) -> int:
-        """How many training iterations the trace covers (distinct iteration indices, at least 1)."""
+        """How many training iterations the trace covers (distinct iteration indices, at least 1);
+        counted once per trace (it is immutable; a breakdown and a report each ask)."""
         seen = {event.iteration for rank in self.ranks for event in rank.events}
         return max(len(seen), 1)
 
@@ -240,11 +246,11 @@ def _validate(trace: Trace, path: str | None) -> None:
         _check(not outside, f"{where} has ranks {outside} outside world_size {trace.world_size}", path)
         groups[group.id] = group
     seen_ranks: set[int] = set()
-    for rank in trace.ranks:
+    for rank, signature in zip(trace.ranks, event_signatures(trace), strict=True):
         _check(0 <= rank.rank < trace.world_size, f"outside world_size {trace.world_size}", path, rank.rank)
         _check(rank.rank not in seen_ranks, "listed twice", path, rank.rank)
         seen_ranks.add(rank.rank)
-        _validate_events(rank, groups, path)
+        _validate_events(rank, signature, groups, path)
     _validate_agreement(trace, path)
 
 
@@ -252,52 +258,117 @@ def _finite(value: float | None) -> bool:
     return value is None or (math.isfinite(value) and value >= 0)
 
 
-def _validate_events(rank: RankTrace, groups: dict[str, ProcessGroup], path: str | None) -> None:
+_CONTENT = {cls: attrgetter(*(f.name for f in fields(cls) if f.name not in ("id", "after")))
+            for cls in (CollectiveEvent, ComputeEvent)}
+
+
+def _content(event) -> object:
+    """Every field of an event but ``id`` and ``after``, with its class and the type of its op
+    (a check tests it); an object equal to no other for an event of another class."""
+    getter = _CONTENT.get(event.__class__)
+    if getter is None:
+        return object()
+    return event.__class__, type(getattr(event, "op", None)), getter(event)
+
+
+class Signatures:
+    """Numbers events by what they are, all but ``id`` and ``after``: equal numbers for equal events
+    (``event_signatures``; ``traces.trace_file`` numbers a file's events as it reads them)."""
+
+    def __init__(self) -> None:
+        self.interned: dict = {}
+        self.numbers = count()
+
+    def of(self, event) -> int:
+        """The number of one event (a fresh one when a field cannot be hashed: a list for a tuple)."""
+        try:
+            return self.interned.setdefault(_content(event), next(self.numbers))
+        except TypeError:
+            return next(self.numbers)
+
+    def all(self, events) -> array:
+        """The numbers of a rank's events."""
+        try:
+            return array("q", map(self.interned.setdefault, map(_content, events), self.numbers))
+        except TypeError:
+            return array("q", map(self.of, events))
+
+
+@per_trace
+def event_signatures(trace: Trace) -> tuple[array, ...]:
+    """Per rank of the trace (in its order), one number per event, equal for events of the rank
+    that are equal but for their ``id`` and ``after`` (``Signatures``): a pipeline's thousand
+    micro-batches are a few hundred distinct events.  Worked out once per trace (validation, the
+    replay's steady state and the count of distinct calls share it).
+
+    >>> f, b = ComputeEvent(0, "f"), ComputeEvent(1, "b", after=(0,))
+    >>> t = Trace(1, (), (RankTrace(0, (f, b, ComputeEvent(2, "f"), ComputeEvent(3, "b", after=(2,)))),))
+    >>> event_signatures(t)[0].tolist()
+    [0, 1, 0, 1]
+    """
+    signatures = Signatures()
+    return tuple(signatures.all(rank.events) for rank in trace.ranks)
+
+
+def _validate_events(rank: RankTrace, signature: array, groups: dict[str, ProcessGroup], path: str | None) -> None:
+    """Each event's id and dependencies, and its fields: an event equal to one already checked on
+    this rank but for its id and dependencies (``event_signatures``) is not checked again."""
     ids: set[int] = set()
-    for event in rank.events:
-
-        def check(condition: bool, problem: str, event_id=event.id) -> None:
-            _check(condition, problem, path, rank.rank, event_id)
-
-        check(event.id not in ids, "id used twice")
-        missing = [dep for dep in event.after if dep not in ids]
-        check(not missing, f"'after' names {missing}, which are not earlier events of this rank")
+    checked: set[int] = set()
+    for event, same in zip(rank.events, signature, strict=True):
+        if event.id in ids or not ids.issuperset(event.after):
+            _check_order(event, ids, rank.rank, path)
         ids.add(event.id)
-        check(event.iteration >= 0, f"negative iteration {event.iteration}")
-        check(bool(event.stream), "empty stream name")
-        check(_finite(event.start_us) and _finite(event.end_us), "times must be finite and non-negative")
-        if event.start_us is not None and event.end_us is not None:
-            check(
-                event.start_us <= event.end_us, f"ends ({event.end_us}) before it starts ({event.start_us})"
-            )
-        check(_finite(event.duration_us), "duration must be finite and >= 0")
-        if isinstance(event, ComputeEvent):
-            check(_finite(event.flops), "flops must be finite and >= 0")
-            check(event.mem_bytes is None or event.mem_bytes >= 0, "mem_bytes must be >= 0")
-            continue
-        check(isinstance(event.op, Op), f"unknown op {event.op!r}")
-        check(event.nbytes is None or event.nbytes >= 0, f"negative nbytes {event.nbytes}")
-        check(
-            event.dtype in DTYPE_BYTES,
-            f"unknown dtype {event.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}",
-        )
-        group = groups.get(event.group)
-        check(group is not None, f"unknown group {event.group!r}")
-        check(rank.rank in group.ranks, f"rank {rank.rank} is not a member of group {event.group!r}")
-        if event.op is Op.SENDRECV:
-            check(
-                event.peer in group.ranks and event.peer != rank.rank,
-                f"sendrecv needs a peer in group {event.group!r} other than itself, got {event.peer}",
-            )
-            check(event.direction is None or event.direction in DIRECTIONS,
-                  f"direction must be one of {', '.join(DIRECTIONS)}, got {event.direction!r}")
-        else:
-            check(event.peer is None, "only sendrecv has a peer")
-            check(event.direction is None, "only sendrecv has a direction")
-        check(
-            event.root is None or event.root in group.ranks,
-            f"root {event.root} is not in group {event.group!r}",
-        )
+        if same not in checked:
+            _check_fields(event, rank.rank, groups, path)
+            checked.add(same)
+
+
+def _check_order(event, ids: set[int], rank: int, path: str | None) -> None:
+    """An event's id is new on its rank and its ``after`` names earlier events of the rank."""
+    _check(event.id not in ids, "id used twice", path, rank, event.id)
+    missing = [dep for dep in event.after if dep not in ids]
+    _check(not missing, f"'after' names {missing}, which are not earlier events of this rank", path, rank, event.id)
+
+
+def _check_fields(event, rank: int, groups: dict[str, ProcessGroup], path: str | None) -> None:
+    """One event's fields, and its group and peer on ``rank``."""
+
+    def check(condition: bool, problem, event_id=event.id) -> None:
+        """``problem``: the message, or a function making it (only where the check fails)."""
+        if not condition:
+            raise TraceError(problem if isinstance(problem, str) else problem(), path, rank=rank, event=event_id)
+
+    check(event.iteration >= 0, lambda: f"negative iteration {event.iteration}")
+    check(bool(event.stream), "empty stream name")
+    check(_finite(event.start_us) and _finite(event.end_us), "times must be finite and non-negative")
+    if event.start_us is not None and event.end_us is not None:
+        check(event.start_us <= event.end_us, lambda: f"ends ({event.end_us}) before it starts ({event.start_us})")
+    check(_finite(event.duration_us), "duration must be finite and >= 0")
+    if isinstance(event, ComputeEvent):
+        check(_finite(event.flops), "flops must be finite and >= 0")
+        check(event.mem_bytes is None or event.mem_bytes >= 0, "mem_bytes must be >= 0")
+        return
+    check(isinstance(event.op, Op), lambda: f"unknown op {event.op!r}")
+    check(event.nbytes is None or event.nbytes >= 0, lambda: f"negative nbytes {event.nbytes}")
+    check(event.dtype in DTYPE_BYTES,
+          lambda: f"unknown dtype {event.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    group = groups.get(event.group)
+    check(group is not None, lambda: f"unknown group {event.group!r}")
+    check(rank in group.ranks, lambda: f"rank {rank} is not a member of group {event.group!r}")
+    if event.op is Op.SENDRECV:
+        check(event.peer in group.ranks and event.peer != rank,
+              lambda: f"sendrecv needs a peer in group {event.group!r} other than itself, got {event.peer}")
+        check(event.direction is None or event.direction in DIRECTIONS,
+              lambda: f"direction must be one of {', '.join(DIRECTIONS)}, got {event.direction!r}")
+    else:
+        check(event.peer is None, "only sendrecv has a peer")
+        check(event.direction is None, "only sendrecv has a direction")
+    check(event.root is None or event.root in group.ranks, lambda: f"root {event.root} is not in group {event.group!r}")
+
+
+_AGREED = attrgetter("op", "nbytes", "dtype")
+"""What the members of a group agree on for each of its calls."""
 
 
 def _validate_agreement(trace: Trace, path: str | None) -> None:
@@ -310,18 +381,12 @@ def _validate_agreement(trace: Trace, path: str | None) -> None:
     for group_id, by_rank in sequences.items():
         first = min(by_rank)
         reference = by_rank[first]
+        agreed = list(map(_AGREED, reference))
         members = sorted(present.intersection(trace.group(group_id).ranks))
         for rank, events in ((rank, by_rank.get(rank, [])) for rank in members):
-            for index, (mine, theirs) in enumerate(zip(events, reference, strict=False)):
-                key, other = (mine.op, mine.nbytes, mine.dtype), (theirs.op, theirs.nbytes, theirs.dtype)
-                _check(
-                    key == other,
-                    f"collective #{index} on group {group_id!r} is {_describe(mine)} here but "
-                    f"{_describe(theirs)} on rank {first} (event {theirs.id})",
-                    path,
-                    rank,
-                    mine.id,
-                )
+            n = min(len(events), len(reference))
+            if list(map(_AGREED, events[:n])) != agreed[:n]:
+                _disagreement(group_id, first, reference, rank, events, path)
             _check(
                 len(events) == len(reference),
                 f"issues {len(events)} collectives on group {group_id!r}, "
@@ -329,6 +394,20 @@ def _validate_agreement(trace: Trace, path: str | None) -> None:
                 path,
                 rank,
             )
+
+
+def _disagreement(group_id: str, first: int, reference: list[CollectiveEvent], rank: int,
+                  events: list[CollectiveEvent], path: str | None) -> None:
+    """Raise for the first call of ``group_id`` on which ``rank`` disagrees with rank ``first``."""
+    for index, (mine, theirs) in enumerate(zip(events, reference, strict=False)):
+        _check(
+            _AGREED(mine) == _AGREED(theirs),
+            f"collective #{index} on group {group_id!r} is {_describe(mine)} here but "
+            f"{_describe(theirs)} on rank {first} (event {theirs.id})",
+            path,
+            rank,
+            mine.id,
+        )
 
 
 def _describe(event: CollectiveEvent) -> str:

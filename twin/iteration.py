@@ -28,9 +28,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from traces.errors import CcltwinError
-from traces.schema import CollectiveEvent, Trace
+from traces.schema import Trace
 from traces.task import Task
-from twin.placement import task_of
+from twin.placement import distinct_calls, task_of
 from twin.replay import ReplayResult
 from twin.topology import Cluster
 
@@ -70,15 +70,11 @@ def _issued(trace: Trace) -> tuple[Counter[Task], dict[Task, str]]:
     issued: Counter[Task] = Counter()
     kinds: dict[Task, str] = {}
     names = {group.id: group.name or group.id for group in trace.groups}
-    tasks: dict[tuple, Task | None] = {}  # a call's task follows from these fields: found once each
-    for rank in trace.ranks:
-        for event in rank.events:
-            if isinstance(event, CollectiveEvent):
-                key = (rank.rank, event.group, event.op, event.nbytes, event.dtype, event.peer)
-                task = tasks[key] if key in tasks else tasks.setdefault(key, task_of(trace, rank.rank, event))
-                if task is not None:
-                    issued[task] += 1
-                    kinds.setdefault(task, names.get(event.group, event.group))
+    for rank, event, calls in distinct_calls(trace):
+        task = task_of(trace, rank, event)
+        if task is not None:
+            issued[task] += calls
+            kinds.setdefault(task, names.get(event.group, event.group))
     return issued, kinds
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from traces.errors import TraceError
 from traces.generate import generate
 from traces.generate.gpt import gpt_workload
+from traces.schema import Signatures, event_signatures
 from traces.trace_file import load_trace, save_trace, trace_from_dict
 
 
@@ -66,3 +67,25 @@ def test_events_in_another_layout_load_the_same(tmp_path):
     for text in (json.dumps(doc), json.dumps(doc, indent=1)):
         path.write_text(text)
         assert load_trace(path) == trace
+
+
+def _partition(signature) -> list[int]:
+    """Each event's number as the position of the first event with the same number."""
+    first: dict[int, int] = {}
+    return [first.setdefault(s, i) for i, s in enumerate(signature)]
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.sampled_from([1, 2]), st.integers(2, 5))
+def test_signatures_numbered_while_reading_are_those_worked_out_afresh(tmp_path_factory, pp, micro_batches):
+    """``load_trace`` numbers each distinct event as it reads it; the numbers group the events as
+    ``Signatures`` does on the loaded events (equal but for id and ``after``)."""
+    trace = generate(gpt_workload(hidden=64, heads=4, layers=2 * pp, seq=32, pp=pp, global_batch=micro_batches,
+                                  dtype="bfloat16"))
+    path = tmp_path_factory.mktemp("t") / "trace.json"
+    save_trace(trace, path)
+    loaded = load_trace(path)
+    read = [_partition(s) for s in event_signatures(loaded)]
+    fresh = Signatures()
+    assert read == [_partition(fresh.all(rank.events)) for rank in loaded.ranks]
+    assert any(p != list(range(len(p))) for p in read)  # the events repeat

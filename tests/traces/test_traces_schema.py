@@ -289,3 +289,33 @@ def _containers(node):
         yield node
         for child in node.values() if isinstance(node, dict) else node:
             yield from _containers(child)
+
+
+def test_an_event_checked_on_one_rank_is_checked_again_on_another():
+    """Validation checks each distinct event once per rank (a pipeline repeats a few hundred): the
+    same call is fine where the rank is a member of its group and named where it is not."""
+    call = CollectiveEvent(0, Op.ALLREDUCE, 8, "g")
+    good = RankTrace(0, (call, CollectiveEvent(1, Op.ALLREDUCE, 8, "g")))
+    bad = RankTrace(1, (ComputeEvent(0, "f"), CollectiveEvent(1, Op.ALLREDUCE, 8, "g")))
+    trace = Trace(2, (ProcessGroup("g", (0,)),), (good, bad))
+    with pytest.raises(TraceError, match=r"^x\.json, rank 1, event 1: rank 1 is not a member of group 'g'$"):
+        trace.validate("x.json")
+
+
+def test_a_repeated_event_with_a_bad_id_or_dependency_is_named():
+    """Fields equal to an event checked before do not skip the id and ``after`` checks."""
+    f = ComputeEvent(0, "f")
+    for events, problem in (((f, ComputeEvent(1, "g"), ComputeEvent(0, "f")), "event 0: id used twice"),
+                            ((f, ComputeEvent(1, "f", after=(7,))), r"event 1: 'after' names \[7\]")):
+        with pytest.raises(TraceError, match=problem):
+            Trace(1, (), (RankTrace(0, events),)).validate()
+
+
+def test_a_disagreement_deep_in_a_long_sequence_is_named():
+    n = 3000
+    calls = tuple(CollectiveEvent(i, Op.ALLREDUCE, 8, "g") for i in range(n))
+    other = (*calls[:2500], CollectiveEvent(2500, Op.ALLREDUCE, 16, "g"), *calls[2501:])
+    trace = Trace(2, (ProcessGroup("g", (0, 1)),), (RankTrace(0, calls), RankTrace(1, other)))
+    with pytest.raises(TraceError, match=r"rank 1, event 2500: collective #2500 on group 'g' is allreduce of 16 B "
+                                         r"float32 here but allreduce of 8 B float32 on rank 0 \(event 2500\)"):
+        trace.validate()

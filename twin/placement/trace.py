@@ -15,8 +15,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
 
-from traces.schema import CollectiveEvent, Trace
+import numpy as np
+
+from traces.memo import per_trace
+from traces.schema import CollectiveEvent, Trace, event_signatures
 from traces.task import Op, Task
 from tuner.config import Config
 from tuner.knobs import DEFAULT_NCCL_VERSION
@@ -25,8 +29,8 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.placement.communicator import Communicator, PlacementError
 from twin.topology import Cluster, load_cluster
 
-__all__ = ["COPIED_GROUPS", "Placement", "Timed", "cluster_for", "members_of", "rank_gpus", "shaped_tasks", "task_of",
-           "trace_tasks", "translations"]
+__all__ = ["COPIED_GROUPS", "Placement", "Timed", "cluster_for", "distinct_calls", "members_of", "rank_gpus",
+           "shaped_tasks", "task_of", "trace_tasks", "translations"]
 
 
 def translations(members: tuple[int, ...], world_size: int) -> list[tuple[int, ...]]:
@@ -86,6 +90,34 @@ def task_of(trace: Trace, rank: int, event: CollectiveEvent) -> Task | None:
     # A placement class's copy of a group names its task as the group it copies does (``with_ranks``).
     group = trace.metadata.get(COPIED_GROUPS, {}).get(event.group, event.group)
     return Task(event.op, event.nbytes, len(members), event.dtype, trace.shape(members) or group)
+
+
+_CALL_FIELDS = attrgetter("group", "op", "nbytes", "dtype", "peer")
+"""With its rank, what a call's task and communicator follow from."""
+
+
+@per_trace
+def distinct_calls(trace: Trace) -> tuple[tuple[int, CollectiveEvent, int], ...]:
+    """(rank, first call, how many) for each distinct call of each rank (same group, op, size,
+    dtype and peer: the same task on the same communicator), in rank then issue order of the
+    first; worked out once per trace (a pipeline's million calls are a few dozen distinct ones).
+
+    >>> from traces.schema import ProcessGroup, RankTrace
+    >>> a = [CollectiveEvent(i, Op.ALLREDUCE, 8 << (i % 2), "g") for i in range(5)]
+    >>> t = Trace(1, (ProcessGroup("g", (0,)),), (RankTrace(0, tuple(a)),))
+    >>> [(rank, event.id, n) for rank, event, n in distinct_calls(t)]
+    [(0, 0, 3), (0, 1, 2)]
+    """
+    out = []
+    for rank, signature in zip(trace.ranks, event_signatures(trace), strict=True):
+        _, first, counts = np.unique(np.frombuffer(signature, np.int64), return_index=True, return_counts=True)
+        calls: dict[tuple, list] = {}  # a call's fields -> [its first event, how many]
+        for i in np.argsort(first, kind="stable").tolist():  # each distinct event, as first issued
+            event = rank.events[first[i]]
+            if isinstance(event, CollectiveEvent):
+                calls.setdefault(_CALL_FIELDS(event), [event, 0])[1] += int(counts[i])
+        out += [(rank.rank, event, n) for event, n in calls.values()]
+    return tuple(out)
 
 
 COPIED_GROUPS = "copied_groups"
@@ -162,12 +194,7 @@ class Placement:
     def task_communicators(self) -> dict[Task, Communicator]:
         """The communicator of every sized task's first call (tasks as ``Trace.tasks`` names them)."""
         out: dict[Task, Communicator] = {}
-        seen: set[tuple] = set()  # a call's task and communicator follow from these fields
-        for rank, event in self.trace.collectives():
-            key = (rank, event.group, event.op, event.nbytes, event.dtype, event.peer)
-            if key in seen:
-                continue
-            seen.add(key)
+        for rank, event, _ in distinct_calls(self.trace):
             task = task_of(self.trace, rank, event)
             if task is not None and task not in out:
                 out[task] = self.communicator(event.group, members_of(self.trace, rank, event))

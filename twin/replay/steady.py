@@ -28,13 +28,13 @@ from __future__ import annotations
 import math
 import weakref
 from collections import Counter
-from dataclasses import dataclass, fields, replace
-from itertools import chain, count
+from dataclasses import dataclass, replace
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
 
-from traces.schema import CollectiveEvent, ComputeEvent, RankTrace, Trace
+from traces.schema import ComputeEvent, RankTrace, Trace, event_signatures
 from traces.task import Task
 from twin.placement import members_of, task_of
 from twin.replay.result import covered, union
@@ -50,10 +50,6 @@ CANDIDATES = 4
 """Periods tried per rank: the commonest distances between like events."""
 TOLERANCE = 1e-9
 """Periodicity is checked to this fraction of the replay's length (rounding of event times)."""
-
-_CONTENT = {cls: attrgetter(*(f.name for f in fields(cls) if f.name not in ("id", "after")))
-            for cls in (CollectiveEvent, ComputeEvent)}
-
 
 @dataclass(frozen=True)
 class Run:
@@ -83,23 +79,10 @@ class Shortened:
     removed: int
 
 
-def signatures(events) -> np.ndarray:
-    """One number per event, equal for events whose fields other than ``id`` and ``after`` are
-    equal (``_Rank`` compares dependencies as distances back in the rank's issue order).
-
-    >>> from traces.schema import ComputeEvent
-    >>> signatures([ComputeEvent(0, "f"), ComputeEvent(1, "b", after=(0,)), ComputeEvent(2, "f"),
-    ...             ComputeEvent(3, "b", after=(2,))]).tolist()
-    [0, 1, 0, 1]
-    """
-    interned: dict[tuple, int] = {}
-    keys = map(lambda e: (e.__class__, _CONTENT[e.__class__](e)), events)
-    return np.fromiter(map(interned.setdefault, keys, count()), np.int64, len(events))
-
-
 @dataclass(frozen=True)
 class _Rank:
-    """A rank's events as arrays: their signatures, and their dependencies as distances back."""
+    """A rank's events as arrays: their signatures (``traces.schema.event_signatures``), and their
+    dependencies as distances back."""
 
     signature: np.ndarray
     lengths: np.ndarray
@@ -112,7 +95,7 @@ class _Rank:
     """Event id -> position, or ``None`` when the ids are the positions."""
 
     @classmethod
-    def of(cls, events) -> _Rank:
+    def of(cls, events, signature) -> _Rank:
         n = len(events)
         afters = list(map(attrgetter("after"), events))
         lengths = np.fromiter(map(len, afters), np.int64, n)
@@ -123,7 +106,7 @@ class _Rank:
             position = {e.id: i for i, e in enumerate(events)}
             targets = np.fromiter(map(position.__getitem__, targets.tolist()), np.int64, len(targets))
         back = np.repeat(np.arange(n), lengths) - targets
-        return cls(signatures(events), lengths, np.cumsum(lengths) - lengths, back, position)
+        return cls(np.frombuffer(signature, np.int64), lengths, np.cumsum(lengths) - lengths, back, position)
 
     def deps(self, i: int) -> tuple[int, ...]:
         return tuple(self.back[self.offsets[i]:self.offsets[i] + self.lengths[i]].tolist())
@@ -249,8 +232,8 @@ def _runs(trace: Trace) -> dict[int, tuple[_Rank, Run]] | None:
     key = id(trace)
     if key not in _FOUND:
         found: dict[int, tuple[_Rank, Run]] | None = {}
-        for rank in trace.ranks:
-            arrays = _Rank.of(rank.events)
+        for rank, signature in zip(trace.ranks, event_signatures(trace), strict=True):
+            arrays = _Rank.of(rank.events, signature)
             run = find_run(arrays.signature, arrays.same_deps)
             if run is None:
                 found = None
