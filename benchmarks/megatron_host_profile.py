@@ -42,6 +42,8 @@ class MegatronProfile:
     """Per micro-batch outside kernels (middle stage), median."""
     checkpoint_host_us: float
     """Per recomputed layer beyond its forward's kernels, median."""
+    torch_softmax_host_us: float
+    """Per layer whose attention falls back to torch's softmax, beyond its extra kernels, median."""
 
     @property
     def scale(self) -> float:
@@ -64,6 +66,12 @@ class MegatronProfile:
         """``compute.kernels.megatron_checkpoint_host_us``."""
         return self.checkpoint_host_us * self.scale
 
+    @property
+    def reference_torch_softmax_host_us(self) -> float:
+        """Per core attention, forward or backward (half the layer's):
+        ``compute.kernels.megatron_torch_softmax_host_us``."""
+        return self.torch_softmax_host_us / 2 * self.scale
+
 
 def load(path: Path = DATA) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
@@ -83,14 +91,31 @@ def _layer_us(variant: dict) -> float:
     return fit["forward_us"]["per_layer"] + fit["backward_us"]["per_layer"]
 
 
+def _beyond_kernels(more: dict, base: dict, per_kernel: float) -> float:
+    """Host µs per layer that variant ``more`` spends beyond ``base`` and its extra kernels."""
+    extra_kernels = more["fit"]["kernels"]["per_layer"] - base["fit"]["kernels"]["per_layer"]
+    return _layer_us(more) - _layer_us(base) - extra_kernels * per_kernel
+
+
 def _checkpoint_us(run: dict, per_kernel: float) -> float | None:
     """A run's recomputed layer beyond its forward's kernels (``None``: not measured there)."""
     variants = run["variants"]
     if "tp1-recompute-full" not in variants or "tp1" not in variants:
         return None
-    again, once = variants["tp1-recompute-full"], variants["tp1"]
-    extra_kernels = again["fit"]["kernels"]["per_layer"] - once["fit"]["kernels"]["per_layer"]
-    return _layer_us(again) - _layer_us(once) - extra_kernels * per_kernel
+    return _beyond_kernels(variants["tp1-recompute-full"], variants["tp1"], per_kernel)
+
+
+def _torch_softmax_us(run: dict, per_kernel: float) -> list[float]:
+    """A run's layers with torch's softmax beyond the fused layer and the extra kernels: each
+    fallback round against the fused round of the same TP degree just before it."""
+    out, fused = [], {}
+    for name, variant in run["variants"].items():
+        base = name.split("#")[0]
+        if variant["softmax"] == "fused" and variant["recompute"] == "none" and variant["dropout"] > 0:
+            fused[base] = variant
+        elif variant["softmax"] == "torch" and base.replace("-torch-softmax", "") in fused:
+            out.append(_beyond_kernels(variant, fused[base.replace("-torch-softmax", "")], per_kernel))
+    return out
 
 
 def megatron_profile(data: dict) -> MegatronProfile:
@@ -101,9 +126,10 @@ def megatron_profile(data: dict) -> MegatronProfile:
     per_kernel = statistics.median(map(_per_kernel, megatron))
     step = [v["fit"]["forward_us"]["per_micro_batch"] + v["fit"]["backward_us"]["per_micro_batch"] for v in megatron]
     checkpoint = [c for run in data["runs"] if (c := _checkpoint_us(run, per_kernel)) is not None]
+    fallback = [c for run in data["runs"] for c in _torch_softmax_us(run, per_kernel)]
     return MegatronProfile(forward, round(first["kernels"]["per_layer"]) - forward, per_kernel,
                            statistics.median(map(_per_kernel, plain)), statistics.median(step),
-                           statistics.median(checkpoint))
+                           statistics.median(checkpoint), statistics.median(fallback))
 
 
 def main() -> None:
@@ -116,6 +142,8 @@ def main() -> None:
           "on the reference host")
     print(f"checkpointed layer beyond its kernels: {p.checkpoint_host_us:.0f} µs -> "
           f"{p.reference_checkpoint_host_us:.0f} µs on the reference host")
+    print(f"torch softmax fallback beyond its kernels: {p.torch_softmax_host_us:.0f} µs per layer -> "
+          f"{p.reference_torch_softmax_host_us:.0f} µs per attention on the reference host")
     print("\nround                      fwd µs/layer  bwd µs/layer  kernels  µs/kernel  step µs")
     for run in data["runs"]:
         for name, v in run["variants"].items():

@@ -76,7 +76,7 @@ weight-gradient products accumulate into ``main_grad`` themselves): what makes a
 profiled with torch launch 55 kernels forward and backward (``host eager layer fwd+bwd`` in
 ``benchmarks/data/h200-compute.json``), where its products, attention, norms and element-wise
 ops alone are about 35."""
-ATTENTION_KERNELS = {"flash": (1, 3), "fused-softmax": (5, 12), "unfused": (4, 7)}
+ATTENTION_KERNELS = {"flash": (1, 3), "fused-softmax": (5, 12), "unfused": (4, 7), "torch-softmax": (9, 16)}
 """GPU kernels of core attention, forward and backward: FlashAttention's forward; its backward
 with the dO·O pre-pass and the dQ conversion. Fused softmax (Megatron-LM's ``ParallelAttention``,
 as ``benchmarks/gpu_megatron_layer.py`` profiled it on torch 2.11): ``baddbmm``, the fused
@@ -84,7 +84,10 @@ scale-mask-softmax, dropout, ``bmm`` and the context's ``permute(...).contiguous
 two matmuls per forward matmul, the ``baddbmm`` scale, dropout's and the softmax's backward, the
 copies back through the permute and the transposed K, and the concatenation of the Q, K, V
 gradients (the split's backward). Unfused: the same with the scale and the mask as kernels of
-their own."""
+their own. Megatron's torch fallback where its fused softmax cannot run (``fused_softmax_runs``): the
+fused-softmax kernels plus the fp32 cast, scale, ``masked_fill_`` and cast back, each way
+(``benchmarks/gpu_megatron_layer.py --softmax torch``: 22 forward and 49 backward kernels per
+layer where the fused layer has 18 and 45)."""
 RESIDUAL_KERNELS = 3
 """Kernels of Megatron's bias-dropout-add forward (``torch.jit.script``, training): the bias
 add, the dropout and the residual add, which TorchScript does not fuse on torch 2.11 (measured,
@@ -106,8 +109,25 @@ mask's average and the division by the micro-batch count; backward the loss scal
 and average's backward, the cross entropy's scatter and multiply, the casts and the copies
 (measured with ``EMBEDDING_KERNELS``: 32 forward and 28 backward outside the layers)."""
 ATTENTION_CATEGORIES = {"flash": "attention", "fused-softmax": "attention-fused-softmax",
-                        "unfused": "attention-unfused"}
-"""The compute category (``traces.schema.COMPUTE_CATEGORIES``) of each kind of attention."""
+                        "unfused": "attention-unfused", "torch-softmax": "attention-unfused"}
+"""The compute category (``traces.schema.COMPUTE_CATEGORIES``) of each kind of attention; Megatron's
+torch fallback is an unfused attention (its products, and passes over the score matrix in memory)."""
+FUSED_SOFTMAX_MAX_KEYS = 2048
+"""The longest key sequence Megatron's fused causal softmax kernel takes."""
+
+
+def fused_softmax_runs(batch: int, heads: int, seq_q: int, seq_kv: int) -> bool:
+    """Whether Megatron's fused scale-mask-softmax kernel runs for a ``batch`` of ``heads`` (this
+    rank's) score matrices of ``seq_q × seq_kv``: the kernel's constraints, ``16 < sk ≤ 2048``,
+    ``sq % 4 == 0`` and ``b·np % 4 == 0`` (``FusedScaleMaskSoftmax.forward``,
+    ``megatron/model/fused_softmax.py`` in microsoft/Megatron-DeepSpeed; Megatron-LM 2021's
+    ``is_kernel_available`` asks the same).  Elsewhere Megatron falls back to torch: the scores cast
+    to fp32, scaled, masked in place, softmax, cast back; many more kernels and host calls.
+
+    >>> fused_softmax_runs(1, 2, 1024, 1024), fused_softmax_runs(2, 2, 1024, 1024)  # TP 8 of 16 heads
+    (False, True)
+    """
+    return 16 < seq_kv <= FUSED_SOFTMAX_MAX_KEYS and seq_q % 4 == 0 and batch * heads % 4 == 0
 
 
 def _thirds(n: int) -> tuple[int, int, int]:
@@ -195,12 +215,16 @@ class TransformerRank:
         shape = (b, heads, seq_q, m.seq_len, m.head_dim)
         flops = 4 * self.tokens * m.seq_len * m.hidden / plan.tp * (2 if backward else 1)
         io = (8 if backward else 4) * self.tokens * heads * m.head_dim * self.db  # Q, K, V, O (and their gradients)
-        kernels = ATTENTION_KERNELS[m.attention][int(backward)]
-        if m.attention == "flash":
+        kind = m.attention
+        if kind == "fused-softmax" and not fused_softmax_runs(b, heads, seq_q, m.seq_len):
+            kind = "torch-softmax"
+            self._host(f"{name}.torch-softmax", *after)  # the fallback's host calls beyond its kernels
+        kernels = ATTENTION_KERNELS[kind][int(backward)]
+        if kind == "flash":
             return self.out.compute(name, flops, io, *after, category="attention", shape=shape, dtype=m.dtype,
                                     kernels=kernels)
         scores = b * heads * seq_q * m.seq_len * SCORE_PASSES[int(backward)] * self.db
-        return self.out.compute(name, flops, io + scores, *after, category=ATTENTION_CATEGORIES[m.attention],
+        return self.out.compute(name, flops, io + scores, *after, category=ATTENTION_CATEGORIES[kind],
                                 shape=shape, dtype=m.dtype, kernels=kernels)
 
     def _norm(self, name: str, backward: bool, *after: int | None) -> int:
