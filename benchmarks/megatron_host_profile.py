@@ -42,8 +42,6 @@ class MegatronProfile:
     """Per micro-batch outside kernels (middle stage), median."""
     checkpoint_host_us: float
     """Per recomputed layer beyond its forward's kernels, median."""
-    torch_softmax_host_us: float
-    """Per layer whose attention falls back to torch's softmax, beyond its extra kernels, median."""
 
     @property
     def scale(self) -> float:
@@ -65,12 +63,6 @@ class MegatronProfile:
     def reference_checkpoint_host_us(self) -> float:
         """``compute.kernels.megatron_checkpoint_host_us``."""
         return self.checkpoint_host_us * self.scale
-
-    @property
-    def reference_torch_softmax_host_us(self) -> float:
-        """Per core attention, forward or backward (half the layer's):
-        ``compute.kernels.megatron_torch_softmax_host_us``."""
-        return self.torch_softmax_host_us / 2 * self.scale
 
 
 def load(path: Path = DATA) -> dict:
@@ -105,16 +97,19 @@ def _checkpoint_us(run: dict, per_kernel: float) -> float | None:
     return _beyond_kernels(variants["tp1-recompute-full"], variants["tp1"], per_kernel)
 
 
-def _torch_softmax_us(run: dict, per_kernel: float) -> list[float]:
-    """A run's layers with torch's softmax beyond the fused layer and the extra kernels: each
-    fallback round against the fused round of the same TP degree just before it."""
+def torch_softmax_ratios(data: dict) -> list[tuple[float, float]]:
+    """(host time, kernels) of a layer whose attention runs torch's softmax over the fused layer's,
+    each fallback round against the fused round of the same TP degree just before it."""
     out, fused = [], {}
-    for name, variant in run["variants"].items():
-        base = name.split("#")[0]
-        if variant["softmax"] == "fused" and variant["recompute"] == "none" and variant["dropout"] > 0:
-            fused[base] = variant
-        elif variant["softmax"] == "torch" and base.replace("-torch-softmax", "") in fused:
-            out.append(_beyond_kernels(variant, fused[base.replace("-torch-softmax", "")], per_kernel))
+    for run in data["runs"]:
+        for name, variant in run["variants"].items():
+            base = name.split("#")[0]
+            if variant["softmax"] == "fused" and variant["recompute"] == "none" and variant["dropout"] > 0:
+                fused[base] = variant
+            elif variant["softmax"] == "torch" and (twin := fused.get(base.replace("-torch-softmax", ""))):
+                kernels = variant["fit"]["kernels"]["per_layer"] / twin["fit"]["kernels"]["per_layer"]
+                out.append((_layer_us(variant) / _layer_us(twin), kernels))
+        fused = {}
     return out
 
 
@@ -126,10 +121,9 @@ def megatron_profile(data: dict) -> MegatronProfile:
     per_kernel = statistics.median(map(_per_kernel, megatron))
     step = [v["fit"]["forward_us"]["per_micro_batch"] + v["fit"]["backward_us"]["per_micro_batch"] for v in megatron]
     checkpoint = [c for run in data["runs"] if (c := _checkpoint_us(run, per_kernel)) is not None]
-    fallback = [c for run in data["runs"] for c in _torch_softmax_us(run, per_kernel)]
     return MegatronProfile(forward, round(first["kernels"]["per_layer"]) - forward, per_kernel,
                            statistics.median(map(_per_kernel, plain)), statistics.median(step),
-                           statistics.median(checkpoint), statistics.median(fallback))
+                           statistics.median(checkpoint))
 
 
 def main() -> None:
@@ -142,8 +136,9 @@ def main() -> None:
           "on the reference host")
     print(f"checkpointed layer beyond its kernels: {p.checkpoint_host_us:.0f} µs -> "
           f"{p.reference_checkpoint_host_us:.0f} µs on the reference host")
-    print(f"torch softmax fallback beyond its kernels: {p.torch_softmax_host_us:.0f} µs per layer -> "
-          f"{p.reference_torch_softmax_host_us:.0f} µs per attention on the reference host")
+    ratios = torch_softmax_ratios(data)
+    print(f"torch softmax fallback over the fused layer, {len(ratios)} same-round pairs: host time "
+          f"{statistics.median(r for r, _ in ratios):.3f}x, kernels {statistics.median(k for _, k in ratios):.3f}x")
     print("\nround                      fwd µs/layer  bwd µs/layer  kernels  µs/kernel  step µs")
     for run in data["runs"]:
         for name, v in run["variants"].items():

@@ -366,15 +366,6 @@ class Kernels:
     in and out and calling ``torch.autograd.backward`` on the layer (the same benchmark, with
     against without ``--recompute full``, same round: 881 and 1,017 µs per layer beyond 18
     kernels at the round's host time per kernel; scaled like ``megatron_host_us_per_kernel``)."""
-    megatron_torch_softmax_host_us: float = _param(311.0, "µs", 0.0, 100_000.0)
-    """Megatron-LM's host time per core attention (forward or backward) that falls back from its
-    fused softmax kernel to torch's (``traces.generate.transformer.fused_softmax_runs``: e.g. one
-    sequence of 2 heads per rank), beyond the fallback's 4 more kernels each way, on the reference
-    host: a ``host`` phase of a Megatron trace named ``torch-softmax``.  The same benchmark's layer
-    with ``--softmax torch`` against the fused one in the same round: 297 and 903 µs per layer beyond
-    8 kernels at the profile's 38.8 µs each (the cast, scale, ``masked_fill_``, softmax and cast back
-    are Python-level ops with autograd nodes each, where the fused kernel is one Function); median
-    halved and scaled like ``megatron_host_us_per_kernel``: 311."""
     optimizer_launch_us: float = _param(200.0, "µs", 0.0, 100_000.0)
     """A fused optimizer step's fixed cost (16 tensors, AdamW ``fused=True``: 216 µs at 1M
     parameters)."""

@@ -4,11 +4,12 @@ iteration follows that host time where a GPU-bound one's does not."""
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 
 import pytest
 
-from benchmarks.megatron_host_profile import load, megatron_profile
+from benchmarks.megatron_host_profile import load, megatron_profile, torch_softmax_ratios
 from traces.generate import generate
 from traces.generate.gpt import gpt_workload
 from traces.schema import ComputeEvent, Trace
@@ -111,45 +112,39 @@ def test_a_host_bound_model_follows_host_time_and_a_gpu_bound_one_does_not():
 
 def test_attention_falls_back_to_torchs_softmax_where_megatrons_kernel_cannot_run():
     """Megatron's fused causal softmax needs b·np % 4 == 0: one sequence of 2 heads per rank (TP 8 of
-    16 heads) runs torch's ops, with the kernels and host time measured for that fallback; two
-    sequences run the fused kernel again."""
-    def attention(micro_batch: int) -> tuple[list[ComputeEvent], list[str]]:
+    16 heads) runs torch's ops, with the kernels measured for that fallback; two sequences run the
+    fused kernel again."""
+    def cores(micro_batch: int) -> list[ComputeEvent]:
         trace = _trace(8, heads=16, hidden=1024, seq=1024, micro_batch=micro_batch, global_batch=micro_batch)
-        events = [e for e in trace.ranks[0].events if isinstance(e, ComputeEvent)]
-        cores = [e for e in events if ".core" in e.name and e.category != "host"]
-        return cores, [e.name for e in events if e.category == "host" and "torch-softmax" in e.name]
+        return [e for e in trace.ranks[0].events if isinstance(e, ComputeEvent) and ".core" in e.name]
 
-    fallback, host = attention(1)
+    fallback = cores(1)
     assert {e.category for e in fallback} == {"attention-unfused"}
     assert sorted(e.kernels for e in fallback) == [9, 9, 16, 16]  # 2 layers: 4 more each way than fused
-    assert len(host) == 4 and all(name.startswith("L") for name in host)
-    fused, host = attention(2)
-    assert {e.category for e in fused} == {"attention-fused-softmax"} and not host
+    fused = cores(2)
+    assert {e.category for e in fused} == {"attention-fused-softmax"}
     assert sorted(e.kernels for e in fused) == [5, 5, 12, 12]
 
 
-def test_the_fallbacks_host_time_is_the_measured_profile_per_attention():
-    kernels = DEFAULT_PARAMS.compute.kernels
-    assert kernels.megatron_torch_softmax_host_us == pytest.approx(PROFILE.reference_torch_softmax_host_us, abs=1)
-    # the fallback costs host time beyond its extra kernels, in every round that measured it
-    assert PROFILE.torch_softmax_host_us > 0
-    trace = _trace(8, heads=16, hidden=1024, seq=1024)
-    host = next(e for e in trace.ranks[0].events if isinstance(e, ComputeEvent) and "torch-softmax" in e.name)
-    epyc = ComputeTimer.for_trace(trace, gpu_spec("a100"), host_speed=0.771)
-    assert epyc.cost(host).host_us == pytest.approx(kernels.megatron_torch_softmax_host_us / 0.771)
-    assert epyc.cost(host).gpu_us == 0.0
+def test_the_fallbacks_host_time_grows_as_its_kernels_do():
+    """Measured on the H200 (same-round pairs, TP 1 and TP 8 shapes): the layer with torch's softmax
+    takes as much more host time as it launches more kernels, so its kernels alone carry its cost."""
+    ratios = torch_softmax_ratios(DATA)
+    assert len(ratios) >= 10
+    host, kernels = statistics.median(r for r, _ in ratios), statistics.median(k for _, k in ratios)
+    assert kernels == pytest.approx(71 / 63, abs=0.01)
+    assert host == pytest.approx(kernels, abs=0.05)
 
 
-def test_a_host_bound_tp8_layer_of_one_sequence_costs_the_fallbacks_host_time():
-    """The iteration of a host-bound TP 8 job of one sequence per micro-batch grows by about the
-    fallback's host time per layer over two sequences' (where the fused kernel runs)."""
-    def per_layer_ms(micro_batch: int, layers: int) -> float:
+def test_a_host_bound_tp8_layer_of_one_sequence_costs_the_fallbacks_kernels():
+    """The iteration of a host-bound TP 8 job of one sequence per micro-batch grows, per layer, by the
+    fallback's 8 more kernels over two sequences' (where the fused kernel runs)."""
+    def iteration_ms(micro_batch: int, layers: int) -> float:
         trace = _trace(8, layers=layers, heads=16, hidden=1024, seq=1024, micro_batch=micro_batch,
                        global_batch=micro_batch)
         return _iteration_ms(trace)
 
-    one = per_layer_ms(1, 4) - per_layer_ms(1, 2)
-    two = per_layer_ms(2, 4) - per_layer_ms(2, 2)
-    k = DEFAULT_PARAMS.compute.kernels
-    extra_us = (8 * k.megatron_host_us_per_kernel + 2 * k.megatron_torch_softmax_host_us) / 0.771  # EPYC 7742
-    assert (one - two) / 2 * 1e3 == pytest.approx(extra_us, rel=0.15)
+    one = iteration_ms(1, 4) - iteration_ms(1, 2)
+    two = iteration_ms(2, 4) - iteration_ms(2, 2)
+    extra_us = 8 * DEFAULT_PARAMS.compute.kernels.megatron_host_us_per_kernel / 0.771  # EPYC 7742
+    assert (one - two) / 2 * 1e3 == pytest.approx(extra_us, rel=0.2)

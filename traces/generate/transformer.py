@@ -87,7 +87,8 @@ gradients (the split's backward). Unfused: the same with the scale and the mask 
 their own. Megatron's torch fallback where its fused softmax cannot run (``fused_softmax_runs``): the
 fused-softmax kernels plus the fp32 cast, scale, ``masked_fill_`` and cast back, each way
 (``benchmarks/gpu_megatron_layer.py --softmax torch``: 22 forward and 49 backward kernels per
-layer where the fused layer has 18 and 45)."""
+layer where the fused layer has 18 and 45; its host time per layer grows as its kernels do,
+``benchmarks.megatron_host_profile``)."""
 RESIDUAL_KERNELS = 3
 """Kernels of Megatron's bias-dropout-add forward (``torch.jit.script``, training): the bias
 add, the dropout and the residual add, which TorchScript does not fuse on torch 2.11 (measured,
@@ -198,6 +199,15 @@ class TransformerRank:
             category="gemm", shape=(m, n, k), dtype=self.model.dtype, kernels=kernels,
         )
 
+    def _wgrad(self, name: str, m: int, n: int, k: int, *after: int | None, kernels: int = 1) -> int:
+        """A weight-gradient product ``m × n`` over ``k`` tokens, then its accumulation into the
+        parameter's gradient (``ACCUMULATE_KERNELS``): the new gradient read, the accumulated one
+        read and written in the gradient's element type (a memory phase of its own: the bytes are
+        the weight's, not the product's)."""
+        product = self._gemm(name, m, n, k, *after, kernels=kernels)
+        nbytes = m * n * (self.db + 2 * DTYPE_BYTES[self.grad_dtype])
+        return self._memory(f"{name}.accumulate", nbytes, product, kernels=ACCUMULATE_KERNELS)
+
     @property
     def _norm_tensors(self) -> int:
         """Parameter tensors of one norm: LayerNorm's weight and bias, RMSNorm's weight."""
@@ -218,7 +228,6 @@ class TransformerRank:
         kind = m.attention
         if kind == "fused-softmax" and not fused_softmax_runs(b, heads, seq_q, m.seq_len):
             kind = "torch-softmax"
-            self._host(f"{name}.torch-softmax", *after)  # the fallback's host calls beyond its kernels
         kernels = ATTENTION_KERNELS[kind][int(backward)]
         if kind == "flash":
             return self.out.compute(name, flops, io, *after, category="attention", shape=shape, dtype=m.dtype,
@@ -394,7 +403,7 @@ class TransformerRank:
             row, row_in, col_out = "fc2", m.ffn // t, m.mlp_up_width // t
         bias_grad = 1 + ACCUMULATE_KERNELS if m.bias else 0  # a column-parallel bias: reduced, accumulated
         dgrad = self._gemm(f"{label}.{row}.dgrad", T, row_in, h, x)
-        wgrad = self._gemm(f"{label}.{row}.wgrad", row_in, h, T, dgrad, kernels=1 + ACCUMULATE_KERNELS)
+        wgrad = self._wgrad(f"{label}.{row}.wgrad", row_in, h, T, dgrad)
         if name == "attn":
             again = None
             if plan.recompute is Recompute.SELECTIVE:
@@ -408,8 +417,7 @@ class TransformerRank:
         dgrad = self._gemm(f"{label}.{column}.dgrad", T, h, col_out, inner)
         op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
         reduce = self._tp(op, f"{kind}.{label}.grad", dgrad)
-        wgrad = self._gemm(f"{label}.{column}.wgrad", h, col_out, T, dgrad, regather,
-                           kernels=1 + ACCUMULATE_KERNELS + bias_grad)
+        wgrad = self._wgrad(f"{label}.{column}.wgrad", h, col_out, T, dgrad, regather, kernels=1 + bias_grad)
         norm = self._norm(f"{label}.norm.bwd", True, _last(dgrad, reduce))
         return _last(norm, cp_grad), wgrad
 
@@ -485,7 +493,7 @@ class TransformerRank:
         dgrad = self._gemm("output.dgrad", T, h, shard, xent)
         op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
         reduce = self._tp(op, f"{kind}.output.grad", dgrad)
-        wgrad = self._gemm("output.wgrad", h, shard, T, dgrad, regather, kernels=1 + ACCUMULATE_KERNELS)
+        wgrad = self._wgrad("output.wgrad", h, shard, T, dgrad, regather)
         self._grads_ready(("output",), wgrad)
         norm = self._norm("final_norm.bwd", True, _last(dgrad, reduce))
         self._grads_ready(("final_norm",), norm)
@@ -516,7 +524,10 @@ class TransformerRank:
                 )
         if first:
             grad = self._tp(Op.ALLGATHER, "sp-gather.embedding.grad", prev) if self._sp else None
-            self.backward_end = self._memory("embedding.bwd", 2 * T * h * self.db, _last(prev, grad),
+            # the lookup's backward writes a dense gradient of its vocabulary shard (zeroed, then the
+            # tokens' rows summed in), which is accumulated into the word embedding's gradient
+            table = self.vocab // plan.tp * h * (2 * self.db + 2 * grad_bytes)
+            self.backward_end = self._memory("embedding.bwd", 2 * T * h * self.db + table, _last(prev, grad),
                                              kernels=self._embedding_kernels(1))
             self._grads_ready(("embedding",), self.backward_end)
         else:

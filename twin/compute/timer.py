@@ -26,9 +26,8 @@ A trace whose metadata says ``framework: megatron-lm`` (``traces.generate`` writ
 Megatron-LM's layers, whose host time per kernel is ``compute.kernels.megatron_host_us_per_kernel``
 (measured on that layer, ``benchmarks/gpu_megatron_layer.py``); its ``host`` phases that say
 neither host time nor duration are the framework's own work: a schedule step
-(``megatron_step_host_us``), named ``checkpoint``, a recomputed layer's checkpoint Function
-(``megatron_checkpoint_host_us``), or, named ``torch-softmax``, an attention's fallback from the
-fused softmax kernel to torch's ops (``megatron_torch_softmax_host_us``), each ÷ ``host_speed``.
+(``megatron_step_host_us``) or, named ``checkpoint``, a recomputed layer's checkpoint Function
+(``megatron_checkpoint_host_us``), each ÷ ``host_speed``.
 
 An attention phase whose name says ``backward`` or ``bwd`` is timed as the backward kernel; an
 optimizer phase whose name says ``clip`` as gradient clipping, ``scale`` or
@@ -177,12 +176,7 @@ class ComputeTimer:
         if not self._megatron:
             return 0.0
         kernels = self.params.compute.kernels
-        if "checkpoint" in event.name:
-            mine = kernels.megatron_checkpoint_host_us
-        elif "torch-softmax" in event.name:
-            mine = kernels.megatron_torch_softmax_host_us
-        else:
-            mine = kernels.megatron_step_host_us
+        mine = kernels.megatron_checkpoint_host_us if "checkpoint" in event.name else kernels.megatron_step_host_us
         return mine / self.host_speed
 
     def time_us(self, event: ComputeEvent) -> float:
