@@ -148,3 +148,18 @@ def test_a_host_bound_tp8_layer_of_one_sequence_costs_the_fallbacks_kernels():
     two = iteration_ms(2, 4) - iteration_ms(2, 2)
     extra_us = 8 * DEFAULT_PARAMS.compute.kernels.megatron_host_us_per_kernel / 0.771  # EPYC 7742
     assert (one - two) / 2 * 1e3 == pytest.approx(extra_us, rel=0.2)
+
+
+def test_each_collective_call_costs_a_megatron_host_the_measured_c10d_time():
+    """A host-bound TP 2 iteration grows by the collective calls' host time: rank 0's calls in the
+    iteration × the extra µs per call ÷ the host CPU's speed; a trace of no framework pays none."""
+    trace = _trace(2, layers=4, global_batch=4)
+    plain = ComputeTimer(gpu_spec("h200"), None)
+    assert plain.collective_host_us() == 0.0
+    megatron = ComputeTimer.for_trace(trace, gpu_spec("a100"), host_speed=0.771)
+    assert megatron.collective_host_us() == pytest.approx(DEFAULT_PARAMS.compute.kernels.megatron_collective_host_us
+                                                          / 0.771)
+    calls = sum(1 for e in trace.ranks[0].events if not isinstance(e, ComputeEvent))
+    more = DEFAULT_PARAMS.replace(**{"compute.kernels.megatron_collective_host_us": 117.3})
+    grown_ms = _iteration_ms(trace, more) - _iteration_ms(trace)
+    assert grown_ms * 1e3 == pytest.approx(calls * 100.0 / 0.771, rel=0.1)
