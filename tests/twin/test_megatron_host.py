@@ -163,3 +163,16 @@ def test_each_collective_call_costs_a_megatron_host_the_measured_c10d_time():
     more = DEFAULT_PARAMS.replace(**{"compute.kernels.megatron_collective_host_us": 117.3})
     grown_ms = _iteration_ms(trace, more) - _iteration_ms(trace)
     assert grown_ms * 1e3 == pytest.approx(calls * 100.0 / 0.771, rel=0.1)
+
+
+def test_the_collective_host_time_is_the_measured_c10d_call():
+    """``megatron_collective_host_us``: the H200's ``dist.all_reduce`` call (median over the sizes
+    measured) scaled to the reference host as the layer profile is; dearer than a plain op."""
+    import json
+    from pathlib import Path
+
+    c10d = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/data/h200-c10d-host.json").read_text())
+    sizes = [v for k, v in c10d.items() if k.endswith("MiB")]
+    call = statistics.median(v["allreduce"] for v in sizes) * PROFILE.scale
+    assert DEFAULT_PARAMS.compute.kernels.megatron_collective_host_us == pytest.approx(call, abs=0.1)
+    assert all(v["allreduce"] > 1.5 * v["add"] for v in sizes)
