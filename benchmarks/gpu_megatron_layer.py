@@ -556,6 +556,7 @@ VARIANTS = {
     "tp1-middle-stage": (1, 0.1, "fused", "none", "middle"),
     "plain-middle-stage": (1, 0.1, "plain", "none", "middle"),
     "tp8-middle-stage": (8, 0.1, "fused", "none", "middle"),
+    "tp8-torch-softmax": (8, 0.1, "torch", "none", "single"),
 }
 
 

@@ -83,14 +83,34 @@ def _layer_us(variant: dict) -> float:
     return fit["forward_us"]["per_layer"] + fit["backward_us"]["per_layer"]
 
 
+def _beyond_kernels(more: dict, base: dict, per_kernel: float) -> float:
+    """Host µs per layer that variant ``more`` spends beyond ``base`` and its extra kernels."""
+    extra_kernels = more["fit"]["kernels"]["per_layer"] - base["fit"]["kernels"]["per_layer"]
+    return _layer_us(more) - _layer_us(base) - extra_kernels * per_kernel
+
+
 def _checkpoint_us(run: dict, per_kernel: float) -> float | None:
     """A run's recomputed layer beyond its forward's kernels (``None``: not measured there)."""
     variants = run["variants"]
     if "tp1-recompute-full" not in variants or "tp1" not in variants:
         return None
-    again, once = variants["tp1-recompute-full"], variants["tp1"]
-    extra_kernels = again["fit"]["kernels"]["per_layer"] - once["fit"]["kernels"]["per_layer"]
-    return _layer_us(again) - _layer_us(once) - extra_kernels * per_kernel
+    return _beyond_kernels(variants["tp1-recompute-full"], variants["tp1"], per_kernel)
+
+
+def torch_softmax_ratios(data: dict) -> list[tuple[float, float]]:
+    """(host time, kernels) of a layer whose attention runs torch's softmax over the fused layer's,
+    each fallback round against the fused round of the same TP degree just before it."""
+    out, fused = [], {}
+    for run in data["runs"]:
+        for name, variant in run["variants"].items():
+            base = name.split("#")[0]
+            if variant["softmax"] == "fused" and variant["recompute"] == "none" and variant["dropout"] > 0:
+                fused[base] = variant
+            elif variant["softmax"] == "torch" and (twin := fused.get(base.replace("-torch-softmax", ""))):
+                kernels = variant["fit"]["kernels"]["per_layer"] / twin["fit"]["kernels"]["per_layer"]
+                out.append((_layer_us(variant) / _layer_us(twin), kernels))
+        fused = {}
+    return out
 
 
 def megatron_profile(data: dict) -> MegatronProfile:
@@ -116,6 +136,9 @@ def main() -> None:
           "on the reference host")
     print(f"checkpointed layer beyond its kernels: {p.checkpoint_host_us:.0f} µs -> "
           f"{p.reference_checkpoint_host_us:.0f} µs on the reference host")
+    ratios = torch_softmax_ratios(data)
+    print(f"torch softmax fallback over the fused layer, {len(ratios)} same-round pairs: host time "
+          f"{statistics.median(r for r, _ in ratios):.3f}x, kernels {statistics.median(k for _, k in ratios):.3f}x")
     print("\nround                      fwd µs/layer  bwd µs/layer  kernels  µs/kernel  step µs")
     for run in data["runs"]:
         for name, v in run["variants"].items():

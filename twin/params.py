@@ -368,6 +368,14 @@ class Kernels:
     in and out and calling ``torch.autograd.backward`` on the layer (the same benchmark, with
     against without ``--recompute full``, same round: 881 and 1,017 µs per layer beyond 18
     kernels at the round's host time per kernel; scaled like ``megatron_host_us_per_kernel``)."""
+    megatron_collective_host_us: float = _param(17.3, "µs", 0.0, 10_000.0)
+    """Host time of one ``torch.distributed`` collective call a Megatron trace issues (c10d's
+    ``ProcessGroupNCCL``: the work object, stream events and waits, ``recordStream``, NCCL's
+    enqueue), on the reference host; the layer profile above calls the TP regions with a world of
+    one, which skips the call.  ``benchmarks/gpu_c10d_host.py`` on the H200 machine
+    (``benchmarks/data/h200-c10d-host.json``): ``dist.all_reduce`` 15.1 µs per call at 2 MiB and
+    18.3 µs at 16 MiB, where an in-place multiply takes 7.2-7.7 µs; the median scaled like
+    ``megatron_host_us_per_kernel``: 17.3."""
     optimizer_launch_us: float = _param(200.0, "µs", 0.0, 100_000.0)
     """A fused optimizer step's fixed cost (16 tensors, AdamW ``fused=True``: 216 µs at 1M
     parameters)."""

@@ -180,3 +180,19 @@ def test_a_layer_launches_as_many_kernels_as_a_profiled_megatron_layer():
     layer = [e for e in events if isinstance(e, ComputeEvent) and e.name.startswith("L1.")]
     gpt = sum(e.kernels for e in layer)
     assert gpt == round(profiled) == 63, (gpt, profiled)
+
+
+@pytest.mark.parametrize("batch, heads, seq_q, seq_kv, runs", [
+    (1, 2, 1024, 1024, False),  # b·np = 2
+    (2, 2, 1024, 1024, True),
+    (1, 4, 1024, 1024, True),
+    (3, 3, 1024, 1024, False),  # 9
+    (4, 8, 4096, 4096, False),  # keys past the kernel's 2048
+    (4, 8, 2048, 2048, True),
+    (4, 8, 16, 16, False),  # 16 keys or fewer
+    (4, 8, 18, 18, False),  # queries not a multiple of 4
+])
+def test_megatrons_fused_softmax_runs_within_its_kernels_constraints(batch, heads, seq_q, seq_kv, runs):
+    from traces.generate.transformer import fused_softmax_runs
+
+    assert fused_softmax_runs(batch, heads, seq_q, seq_kv) is runs

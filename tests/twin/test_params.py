@@ -269,6 +269,7 @@ def shaped(params: TwinParams) -> dict[str, float]:
                                                                     kernels=4))
     out["megatron step"] = megatron.time_us(ComputeEvent(0, "schedule.forward-step", category="host", kernels=0))
     out["megatron checkpoint"] = megatron.time_us(ComputeEvent(0, "L0.checkpoint", category="host", kernels=0))
+    out["megatron collective"] = megatron.collective_host_us()
     out["optimizer"] = timed(category="optimizer", mem_bytes=28 << 28, host_us=0.0)
     out["grad clip"] = timed("clip_grad_norm", category="optimizer", mem_bytes=12 << 28, host_us=0.0)
     out["loss scale"] = timed("unscale", category="optimizer", mem_bytes=8 << 28, host_us=0.0)
@@ -335,6 +336,7 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("compute.kernels.megatron_host_us_per_kernel", 100.0, "megatron host per kernel", True),
     ("compute.kernels.megatron_step_host_us", 2000.0, "megatron step", True),
     ("compute.kernels.megatron_checkpoint_host_us", 2000.0, "megatron checkpoint", True),
+    ("compute.kernels.megatron_collective_host_us", 100.0, "megatron collective", True),
     ("compute.kernels.optimizer_hbm_fraction", 0.5, "optimizer", True),
     ("compute.interference.gemm_beside_copy", 0.5, "gemm beside copy", False),
     ("compute.interference.copy_floor", 0.3, "copy beside add", True),
@@ -384,8 +386,8 @@ def test_names_bounds_and_units_cover_every_parameter():
     values = DEFAULT_PARAMS.to_dict()
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
     # 40 (with the host launch and stream query) + fabric kinds (19) + compute shapes (20) + fused softmax (1)
-    # + the NVLS pass (1) + Megatron's host profile (3)
-    assert len(values) == 84
+    # + the NVLS pass (1) + Megatron's host profile (4: per kernel, step, checkpoint, collective call)
+    assert len(values) == 85
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

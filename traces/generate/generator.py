@@ -63,7 +63,7 @@ def _estimate_events(work: Workload, count: int, iterations: int) -> int:
     if isinstance(model, Cnn):
         per_micro_batch = 2 * len(model.layers)
     else:
-        per_layer = 40 + (16 if plan.recompute.value == "full" else 0) + (4 if plan.cp > 1 else 0)
+        per_layer = 44 + (16 if plan.recompute.value == "full" else 0) + (4 if plan.cp > 1 else 0)
         per_micro_batch = per_layer * model.layers // plan.pp + 12
     return count * iterations * plan.micro_batches * per_micro_batch
 

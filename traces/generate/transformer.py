@@ -76,7 +76,7 @@ weight-gradient products accumulate into ``main_grad`` themselves): what makes a
 profiled with torch launch 55 kernels forward and backward (``host eager layer fwd+bwd`` in
 ``benchmarks/data/h200-compute.json``), where its products, attention, norms and element-wise
 ops alone are about 35."""
-ATTENTION_KERNELS = {"flash": (1, 3), "fused-softmax": (5, 12), "unfused": (4, 7)}
+ATTENTION_KERNELS = {"flash": (1, 3), "fused-softmax": (5, 12), "unfused": (4, 7), "torch-softmax": (9, 16)}
 """GPU kernels of core attention, forward and backward: FlashAttention's forward; its backward
 with the dO·O pre-pass and the dQ conversion. Fused softmax (Megatron-LM's ``ParallelAttention``,
 as ``benchmarks/gpu_megatron_layer.py`` profiled it on torch 2.11): ``baddbmm``, the fused
@@ -84,7 +84,11 @@ scale-mask-softmax, dropout, ``bmm`` and the context's ``permute(...).contiguous
 two matmuls per forward matmul, the ``baddbmm`` scale, dropout's and the softmax's backward, the
 copies back through the permute and the transposed K, and the concatenation of the Q, K, V
 gradients (the split's backward). Unfused: the same with the scale and the mask as kernels of
-their own."""
+their own. Megatron's torch fallback where its fused softmax cannot run (``fused_softmax_runs``): the
+fused-softmax kernels plus the fp32 cast, scale, ``masked_fill_`` and cast back, each way
+(``benchmarks/gpu_megatron_layer.py --softmax torch``: 22 forward and 49 backward kernels per
+layer where the fused layer has 18 and 45; its host time per layer grows as its kernels do,
+``benchmarks.megatron_host_profile``)."""
 RESIDUAL_KERNELS = 3
 """Kernels of Megatron's bias-dropout-add forward (``torch.jit.script``, training): the bias
 add, the dropout and the residual add, which TorchScript does not fuse on torch 2.11 (measured,
@@ -106,8 +110,25 @@ mask's average and the division by the micro-batch count; backward the loss scal
 and average's backward, the cross entropy's scatter and multiply, the casts and the copies
 (measured with ``EMBEDDING_KERNELS``: 32 forward and 28 backward outside the layers)."""
 ATTENTION_CATEGORIES = {"flash": "attention", "fused-softmax": "attention-fused-softmax",
-                        "unfused": "attention-unfused"}
-"""The compute category (``traces.schema.COMPUTE_CATEGORIES``) of each kind of attention."""
+                        "unfused": "attention-unfused", "torch-softmax": "attention-unfused"}
+"""The compute category (``traces.schema.COMPUTE_CATEGORIES``) of each kind of attention; Megatron's
+torch fallback is an unfused attention (its products, and passes over the score matrix in memory)."""
+FUSED_SOFTMAX_MAX_KEYS = 2048
+"""The longest key sequence Megatron's fused causal softmax kernel takes."""
+
+
+def fused_softmax_runs(batch: int, heads: int, seq_q: int, seq_kv: int) -> bool:
+    """Whether Megatron's fused scale-mask-softmax kernel runs for a ``batch`` of ``heads`` (this
+    rank's) score matrices of ``seq_q × seq_kv``: the kernel's constraints, ``16 < sk ≤ 2048``,
+    ``sq % 4 == 0`` and ``b·np % 4 == 0`` (``FusedScaleMaskSoftmax.forward``,
+    ``megatron/model/fused_softmax.py`` in microsoft/Megatron-DeepSpeed; Megatron-LM 2021's
+    ``is_kernel_available`` asks the same).  Elsewhere Megatron falls back to torch: the scores cast
+    to fp32, scaled, masked in place, softmax, cast back; many more kernels and host calls.
+
+    >>> fused_softmax_runs(1, 2, 1024, 1024), fused_softmax_runs(2, 2, 1024, 1024)  # TP 8 of 16 heads
+    (False, True)
+    """
+    return 16 < seq_kv <= FUSED_SOFTMAX_MAX_KEYS and seq_q % 4 == 0 and batch * heads % 4 == 0
 
 
 def _thirds(n: int) -> tuple[int, int, int]:
@@ -178,6 +199,15 @@ class TransformerRank:
             category="gemm", shape=(m, n, k), dtype=self.model.dtype, kernels=kernels,
         )
 
+    def _wgrad(self, name: str, m: int, n: int, k: int, *after: int | None, kernels: int = 1) -> int:
+        """A weight-gradient product ``m × n`` over ``k`` tokens, then its accumulation into the
+        parameter's gradient (``ACCUMULATE_KERNELS``): the new gradient read, the accumulated one
+        read and written in the gradient's element type (a memory phase of its own: the bytes are
+        the weight's, not the product's)."""
+        product = self._gemm(name, m, n, k, *after, kernels=kernels)
+        nbytes = m * n * (self.db + 2 * DTYPE_BYTES[self.grad_dtype])
+        return self._memory(f"{name}.accumulate", nbytes, product, kernels=ACCUMULATE_KERNELS)
+
     @property
     def _norm_tensors(self) -> int:
         """Parameter tensors of one norm: LayerNorm's weight and bias, RMSNorm's weight."""
@@ -195,12 +225,15 @@ class TransformerRank:
         shape = (b, heads, seq_q, m.seq_len, m.head_dim)
         flops = 4 * self.tokens * m.seq_len * m.hidden / plan.tp * (2 if backward else 1)
         io = (8 if backward else 4) * self.tokens * heads * m.head_dim * self.db  # Q, K, V, O (and their gradients)
-        kernels = ATTENTION_KERNELS[m.attention][int(backward)]
-        if m.attention == "flash":
+        kind = m.attention
+        if kind == "fused-softmax" and not fused_softmax_runs(b, heads, seq_q, m.seq_len):
+            kind = "torch-softmax"
+        kernels = ATTENTION_KERNELS[kind][int(backward)]
+        if kind == "flash":
             return self.out.compute(name, flops, io, *after, category="attention", shape=shape, dtype=m.dtype,
                                     kernels=kernels)
         scores = b * heads * seq_q * m.seq_len * SCORE_PASSES[int(backward)] * self.db
-        return self.out.compute(name, flops, io + scores, *after, category=ATTENTION_CATEGORIES[m.attention],
+        return self.out.compute(name, flops, io + scores, *after, category=ATTENTION_CATEGORIES[kind],
                                 shape=shape, dtype=m.dtype, kernels=kernels)
 
     def _norm(self, name: str, backward: bool, *after: int | None) -> int:
@@ -370,7 +403,7 @@ class TransformerRank:
             row, row_in, col_out = "fc2", m.ffn // t, m.mlp_up_width // t
         bias_grad = 1 + ACCUMULATE_KERNELS if m.bias else 0  # a column-parallel bias: reduced, accumulated
         dgrad = self._gemm(f"{label}.{row}.dgrad", T, row_in, h, x)
-        wgrad = self._gemm(f"{label}.{row}.wgrad", row_in, h, T, dgrad, kernels=1 + ACCUMULATE_KERNELS)
+        wgrad = self._wgrad(f"{label}.{row}.wgrad", row_in, h, T, dgrad)
         if name == "attn":
             again = None
             if plan.recompute is Recompute.SELECTIVE:
@@ -384,8 +417,7 @@ class TransformerRank:
         dgrad = self._gemm(f"{label}.{column}.dgrad", T, h, col_out, inner)
         op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
         reduce = self._tp(op, f"{kind}.{label}.grad", dgrad)
-        wgrad = self._gemm(f"{label}.{column}.wgrad", h, col_out, T, dgrad, regather,
-                           kernels=1 + ACCUMULATE_KERNELS + bias_grad)
+        wgrad = self._wgrad(f"{label}.{column}.wgrad", h, col_out, T, dgrad, regather, kernels=1 + bias_grad)
         norm = self._norm(f"{label}.norm.bwd", True, _last(dgrad, reduce))
         return _last(norm, cp_grad), wgrad
 
@@ -461,7 +493,7 @@ class TransformerRank:
         dgrad = self._gemm("output.dgrad", T, h, shard, xent)
         op, kind = (Op.REDUCESCATTER, "sp-scatter") if sp else (Op.ALLREDUCE, "tp-reduce")
         reduce = self._tp(op, f"{kind}.output.grad", dgrad)
-        wgrad = self._gemm("output.wgrad", h, shard, T, dgrad, regather, kernels=1 + ACCUMULATE_KERNELS)
+        wgrad = self._wgrad("output.wgrad", h, shard, T, dgrad, regather)
         self._grads_ready(("output",), wgrad)
         norm = self._norm("final_norm.bwd", True, _last(dgrad, reduce))
         self._grads_ready(("final_norm",), norm)
@@ -492,7 +524,10 @@ class TransformerRank:
                 )
         if first:
             grad = self._tp(Op.ALLGATHER, "sp-gather.embedding.grad", prev) if self._sp else None
-            self.backward_end = self._memory("embedding.bwd", 2 * T * h * self.db, _last(prev, grad),
+            # the lookup's backward writes a dense gradient of its vocabulary shard (zeroed, then the
+            # tokens' rows summed in), which is accumulated into the word embedding's gradient
+            table = self.vocab // plan.tp * h * (2 * self.db + 2 * grad_bytes)
+            self.backward_end = self._memory("embedding.bwd", 2 * T * h * self.db + table, _last(prev, grad),
                                              kernels=self._embedding_kernels(1))
             self._grads_ready(("embedding",), self.backward_end)
         else:

@@ -22,6 +22,9 @@ slower than their FLOPs say; ``host_speed`` is the single-thread speed of the cl
 the rank's host thread pays the host time and the GPU the GPU time (``twin.replay``).  ``host`` phases have
 host time only: ``host_us`` or their measured duration.
 
+A Megatron trace's host also pays ``megatron_collective_host_us`` (÷ ``host_speed``) for each
+collective call it issues (``ComputeTimer.collective_host_us``; the replay's host thread charges it).
+
 A trace whose metadata says ``framework: megatron-lm`` (``traces.generate`` writes it) runs
 Megatron-LM's layers, whose host time per kernel is ``compute.kernels.megatron_host_us_per_kernel``
 (measured on that layer, ``benchmarks/gpu_megatron_layer.py``); its ``host`` phases that say
@@ -178,6 +181,14 @@ class ComputeTimer:
         kernels = self.params.compute.kernels
         mine = kernels.megatron_checkpoint_host_us if "checkpoint" in event.name else kernels.megatron_step_host_us
         return mine / self.host_speed
+
+    def collective_host_us(self) -> float:
+        """Host µs the framework spends issuing one collective call: a Megatron trace's
+        ``compute.kernels.megatron_collective_host_us`` ÷ ``host_speed``; 0 for any other trace
+        (a profile's collectives come with the gaps it measured)."""
+        if not self._megatron:
+            return 0.0
+        return self.params.compute.kernels.megatron_collective_host_us / self.host_speed
 
     def time_us(self, event: ComputeEvent) -> float:
         """The phase's time alone on ``gpu``, µs."""

@@ -20,7 +20,8 @@ per direction: the k-th send from A to B with B's k-th receive from A (a trace w
 the k-th call of a rank naming a peer with the k-th of the peer naming it).
 
 Each rank's *host thread* (``_Replay._host``) issues the rank's events in trace order, each
-after its host time (``PhaseCost.host_us``: Python, autograd, the kernel launch), and a stream
+after its host time (``PhaseCost.host_us``: Python, autograd, the kernel launch; a collective call
+``ComputeTimer.collective_host_us``), and a stream
 starts an event no earlier than the host issued it; the GPU then takes ``PhaseCost.gpu_us``.  So
 a host runs ahead during long kernels and falls behind on short ones, and the GPU idles waiting
 for it (*host wait*).  The host blocks where the framework synchronises with the GPU
@@ -109,6 +110,7 @@ class _Replay:
         self.gpu = cluster.gpu
         self.params = placement.params
         self.timer = ComputeTimer.for_trace(trace, self.gpu, self.params, cluster.host_cpu.single_thread)
+        self.collective_host_us = self.timer.collective_host_us()
         self.env = simpy.Environment()
         self.net = FluidNetwork(self.env)
         self.present = {r.rank for r in trace.ranks}
@@ -208,6 +210,8 @@ class _Replay:
             if isinstance(event, ComputeEvent):
                 self.costs[key] = cost = self.timer.cost(event)
                 now += cost.host_us
+            else:
+                now += self.collective_host_us
             self.issued_at[key] = now
             pending.append(key)
             if blocks_host(event):
