@@ -11,6 +11,7 @@ efficiency on that kind of link.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -144,27 +145,60 @@ class _LinkClasses:
 
     @classmethod
     def of(cls, lists: tuple) -> _LinkClasses:
-        """The classes of ``lists``: each list's uses, merged in list order (a list's new links
-        come after those of the lists before it, as a load's first-use order has them)."""
-        uses = [_hop_uses([[f, 1] for f in flows]) for flows in lists]
-        merged = {key: tuple(u.get(key, 0) for u in uses) for key in dict.fromkeys(k for u in uses for k in u)}
+        """The classes of ``lists``."""
+        uses = _merged_uses(lists)
+        per_link = _profiles(uses)
         ends = [_net_ends([[f, 1] for f in flows]) for flows in lists]
         gpus = dict.fromkeys(g for sends, recvs in ends for g in (*sends, *recvs))
         proxies = frozenset((tuple(s.get(g, 0) for s, _ in ends), tuple(r.get(g, 0) for _, r in ends)) for g in gpus)
-        return cls(lists, list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in merged)),
-                   frozenset(_profiles(merged).values()), proxies)
+        kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in uses))
+        classes = cls(lists, kinds, frozenset(per_link.values()), proxies)
+        classes._keep(per_link)
+        return classes
+
+    def per_link(self) -> dict[tuple[str, str], tuple[tuple, float]]:
+        """Each loaded link's (profile, capacity), a profile's counts one per list: kept for the
+        last few classes asked (the simulator builds the link uses of a few patterns at a time),
+        worked out again for others."""
+        kept = _PER_LINK.get(id(self))
+        if kept is None:
+            per_link = _profiles(_merged_uses(self.lists))
+            self._keep(per_link)
+            return per_link
+        _PER_LINK.move_to_end(id(self))
+        return kept[1]
+
+    def _keep(self, per_link: dict) -> None:
+        if len(_PER_LINK) >= _PER_LINK_KEPT:
+            _PER_LINK.popitem(last=False)
+        _PER_LINK[id(self)] = self, per_link  # the classes held, so their id is not reused while kept
+
+    @staticmethod
+    def count(profile: tuple, copies: tuple[int, ...]) -> tuple:
+        """``profile`` (counts one per list) as a load of ``copies[j]`` of each list loads it."""
+        return tuple((kind, sum(c * n for c, n in zip(copies, counts, strict=True))) for kind, counts in profile)
 
     def distinct(self, copies: tuple[int, ...]) -> set[tuple[tuple, float]]:
         """The distinct (profile, capacity) pairs of a load of ``copies[j]`` of each list."""
-        def count(counts: tuple[int, ...]) -> int:
-            return sum(c * n for c, n in zip(copies, counts, strict=True))
-
-        return {(tuple((kind, count(counts)) for kind, counts in profile), bw) for profile, bw in self.links}
+        return {(self.count(profile, copies), bw) for profile, bw in self.links}
 
     def busiest_proxy(self, copies: tuple[int, ...], per_recv: int) -> int:
         """The busiest proxy thread's actions per step when a received step costs ``per_recv``."""
         return max((sum(c * (s + r * per_recv) for c, s, r in zip(copies, sends, recvs, strict=True))
                     for sends, recvs in self.proxies), default=0)
+
+
+def _merged_uses(lists: tuple) -> dict:
+    """``uses[(hop, dma, via_cpu)]`` of ``lists``, the counts one per list: each list's uses,
+    merged in list order (a list's new links come after those of the lists before it, as a
+    load's first-use order has them)."""
+    uses = [_hop_uses([[f, 1] for f in flows]) for flows in lists]
+    return {key: tuple(u.get(key, 0) for u in uses) for key in dict.fromkeys(k for u in uses for k in u)}
+
+
+_PER_LINK: OrderedDict[int, tuple[_LinkClasses, dict]] = OrderedDict()
+"""``_LinkClasses.per_link`` of the last few classes, by their id."""
+_PER_LINK_KEPT = 8
 
 
 def _hop_uses(flows: list[list]) -> dict:
@@ -266,19 +300,27 @@ class _Load:
 
             if len(self._links) >= _LINKS_KEPT:
                 del self._links[next(iter(self._links))]
-            links = LinkUses(lambda: tuple(LinkUse(k, raw(p), bw) for k, (p, bw) in self.profiles().items()))
+            links = LinkUses(lambda: self._link_uses(raw))
             # Links of one profile and capacity (every node's alike on a ring over alike hosts) share
             # one rate: the busiest is found over the distinct ones.
             self._links[key] = links, min((bw / raw(p) for p, bw in self.distinct()), default=math.inf)
         return self._links[key]
 
-    def profiles(self) -> dict[tuple[str, str], tuple[tuple, float]]:
-        """Each directed link's profile, its ((link kind, DMA, through a CPU), count) in the order
-        of the uses, with its capacity (GB/s)."""
-        return _profiles(self.uses)
+    def _link_uses(self, raw: Callable[[tuple], float]) -> tuple[LinkUse, ...]:
+        """Each loaded link's use, its raw bytes per payload byte ``raw`` of its profile, worked
+        out once per distinct profile."""
+        classes, copies = self._link_classes()
+        raws: dict[int, float] = {}  # by the id of the profile (equal profiles are one object)
+        uses = []
+        for link, (profile, bw) in classes.per_link().items():
+            rate = raws.get(id(profile))
+            if rate is None:
+                rate = raws[id(profile)] = raw(classes.count(profile, copies))
+            uses.append(LinkUse(link, rate, bw))
+        return tuple(uses)
 
     def distinct(self) -> set[tuple[tuple, float]]:
-        """The distinct (profile, capacity) pairs of the loaded links (``profiles``), once asked."""
+        """The distinct (profile, capacity) pairs of the loaded links, once asked."""
         if self._distinct is None:
             self._summarise()
         return self._distinct
@@ -292,16 +334,20 @@ class _Load:
     def _summarise(self) -> None:
         """``distinct``, ``kinds`` and the busiest proxy's actions for every protocol (a load is
         asked for all of them), from the classes of the load's flow lists."""
+        classes, copies = self._link_classes()
+        self._kinds = classes.kinds
+        self._distinct = classes.distinct(copies)
+        self._proxy = {per_recv: classes.busiest_proxy(copies, per_recv)
+                       for per_recv in {actions - 1 for actions in PROXY_ACTIONS.values()}}
+
+    def _link_classes(self) -> tuple[_LinkClasses, tuple[int, ...]]:
+        """The classes of the load's distinct flow lists, and the copies of each."""
         lists = self._lists()
         key = tuple(id(flows) for flows, _ in lists)
         classes = self._classes.get(key)
         if classes is None:
             classes = self._classes[key] = _LinkClasses.of(tuple(flows for flows, _ in lists))
-        copies = tuple(n for _, n in lists)
-        self._kinds = classes.kinds
-        self._distinct = classes.distinct(copies)
-        self._proxy = {per_recv: classes.busiest_proxy(copies, per_recv)
-                       for per_recv in {actions - 1 for actions in PROXY_ACTIONS.values()}}
+        return classes, tuple(n for _, n in lists)
 
     def busiest_proxy_us(self, proto: Proto, cpu_vendor: str, params: TwinParams) -> float:
         """CPU time the busiest proxy thread spends on one step of every flow.
