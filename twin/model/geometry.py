@@ -11,7 +11,6 @@ efficiency on that kind of link.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -152,26 +151,7 @@ class _LinkClasses:
         gpus = dict.fromkeys(g for sends, recvs in ends for g in (*sends, *recvs))
         proxies = frozenset((tuple(s.get(g, 0) for s, _ in ends), tuple(r.get(g, 0) for _, r in ends)) for g in gpus)
         kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in uses))
-        classes = cls(lists, kinds, frozenset(per_link.values()), proxies)
-        classes._keep(per_link)
-        return classes
-
-    def per_link(self) -> dict[tuple[str, str], tuple[tuple, float]]:
-        """Each loaded link's (profile, capacity), a profile's counts one per list: kept for the
-        last few classes asked (the simulator builds the link uses of a few patterns at a time),
-        worked out again for others."""
-        kept = _PER_LINK.get(id(self))
-        if kept is None:
-            per_link = _profiles(_merged_uses(self.lists))
-            self._keep(per_link)
-            return per_link
-        _PER_LINK.move_to_end(id(self))
-        return kept[1]
-
-    def _keep(self, per_link: dict) -> None:
-        if len(_PER_LINK) >= _PER_LINK_KEPT:
-            _PER_LINK.popitem(last=False)
-        _PER_LINK[id(self)] = self, per_link  # the classes held, so their id is not reused while kept
+        return cls(lists, kinds, frozenset(per_link.values()), proxies)
 
     @staticmethod
     def count(profile: tuple, copies: tuple[int, ...]) -> tuple:
@@ -194,11 +174,6 @@ def _merged_uses(lists: tuple) -> dict:
     load's first-use order has them)."""
     uses = [_hop_uses([[f, 1] for f in flows]) for flows in lists]
     return {key: tuple(u.get(key, 0) for u in uses) for key in dict.fromkeys(k for u in uses for k in u)}
-
-
-_PER_LINK: OrderedDict[int, tuple[_LinkClasses, dict]] = OrderedDict()
-"""``_LinkClasses.per_link`` of the last few classes, by their id."""
-_PER_LINK_KEPT = 8
 
 
 def _hop_uses(flows: list[list]) -> dict:
@@ -300,24 +275,22 @@ class _Load:
 
             if len(self._links) >= _LINKS_KEPT:
                 del self._links[next(iter(self._links))]
-            links = LinkUses(lambda: self._link_uses(raw))
+            links = LinkUses(lambda: self._link_uses(efficiency))
             # Links of one profile and capacity (every node's alike on a ring over alike hosts) share
             # one rate: the busiest is found over the distinct ones.
             self._links[key] = links, min((bw / raw(p) for p, bw in self.distinct()), default=math.inf)
         return self._links[key]
 
-    def _link_uses(self, raw: Callable[[tuple], float]) -> tuple[LinkUse, ...]:
-        """Each loaded link's use, its raw bytes per payload byte ``raw`` of its profile, worked
-        out once per distinct profile."""
-        classes, copies = self._link_classes()
-        raws: dict[int, float] = {}  # by the id of the profile (equal profiles are one object)
-        uses = []
-        for link, (profile, bw) in classes.per_link().items():
-            rate = raws.get(id(profile))
-            if rate is None:
-                rate = raws[id(profile)] = raw(classes.count(profile, copies))
-            uses.append(LinkUse(link, rate, bw))
-        return tuple(uses)
+    def _link_uses(self, efficiency: dict[tuple[str, bool, bool], float]) -> tuple[LinkUse, ...]:
+        """Each loaded link's use: its raw bytes per payload byte, the uses' counts over their
+        ``efficiency`` summed in the uses' order (as ``links`` sums a profile), in first-use order."""
+        raw: dict[tuple[str, str], float] = {}
+        capacity: dict[tuple[str, str], float] = {}
+        for (h, dma, via_cpu), count in self.uses.items():
+            link = h.src, h.dst
+            raw[link] = raw.get(link, 0.0) + count / efficiency[h.kind, dma, via_cpu]
+            capacity[link] = h.bw
+        return tuple(LinkUse(link, r, capacity[link]) for link, r in raw.items())
 
     def distinct(self) -> set[tuple[tuple, float]]:
         """The distinct (profile, capacity) pairs of the loaded links, once asked."""
