@@ -3,7 +3,8 @@
 The fluid network settles progress lazily and retires ends from a heap: checked against a plain
 simulation that recomputes every rate from scratch at every start and end.  ``covered`` against
 a sum over every interval; the NCCL search's per-host walk against a scan of every node; channel
-loads asked in any order against ones built channel by channel.
+loads asked in any order against ones built channel by channel, and their link classes against a
+walk over every link.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from traces.trace_file import load_trace
 from tuner.config import Proto
 from twin.des import FluidNetwork
 from twin.model.geometry import CommGeometry, LinkUse, _Load
+from twin.model.netpath import PROXY_ACTIONS, proxy_action_us
+from twin.model.protocols import store_efficiency
 from twin.nccl_model.search import _host_nodes
 from twin.placement import cluster_for
 from twin.replay import replay
@@ -138,6 +141,53 @@ def test_channel_loads_asked_in_any_order_equal_those_built_channel_by_channel()
         if channel + 1 in loads:
             assert loads[channel + 1].uses == built.uses
             assert loads[channel + 1].links(Proto.SIMPLE, asked.params) == built.links(Proto.SIMPLE, plain.params)
+
+
+def _per_link(load: _Load, proto: Proto, params) -> tuple[dict, float, float]:
+    """A load's links, busiest rate and busiest proxy's actions from its ``uses``, link by link:
+    the raw bytes per payload byte the definition sums in the uses' order, with no classes."""
+    raw: dict[tuple[str, str], float] = {}
+    capacity: dict[tuple[str, str], float] = {}
+    for (hop, dma, via_cpu), count in load.uses.items():
+        efficiency = store_efficiency(proto, hop.kind, dma=dma, params=params) * (
+            params.link.root_complex_p2p_efficiency if via_cpu else 1.0)
+        raw[hop.src, hop.dst] = raw.get((hop.src, hop.dst), 0.0) + count / efficiency
+        capacity[hop.src, hop.dst] = hop.bw
+    actions: dict[str, int] = {}
+    for flow, copies in load.flows():
+        if flow.kind == "net":
+            actions[flow.src] = actions.get(flow.src, 0) + copies
+            actions[flow.dst] = actions.get(flow.dst, 0) + copies * (PROXY_ACTIONS[proto] - 1)
+    return raw, min((capacity[k] / r for k, r in raw.items()), default=math.inf), max(actions.values(), default=0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from([("dgx-h100", 3, None), ("dgx-a100", 2, 2), ("a40-nvlink-pairs", 2, None), ("abci-a", 2, None)]),
+       st.sampled_from(["ring", "tree", "chain", "nvls", "pairs", "sendrecv"]), st.sampled_from(list(Proto)),
+       st.lists(st.integers(1, 24), min_size=1, max_size=4), st.sampled_from(["all", "one per node", "half"]))
+def test_link_classes_give_each_links_load_as_a_walk_over_its_uses(preset, pattern, proto, counts, ranks):
+    """The rates of a channel load come from classes of alike links shared by every channel count
+    (``_LinkClasses``): they equal a walk over every link of the load, whatever counts are asked in
+    whatever order, on rings of one GPU per node (one flow list for every channel), across NICs
+    (a list per NIC) and on one node."""
+    name, nodes, nics = preset
+    cluster = load_cluster(name, nodes=nodes, nics_per_node=nics) if nics else load_cluster(name, nodes=nodes)
+    gpus = cluster.gpus()
+    ppn = len(gpus) // nodes
+    half = [g for g in gpus if int(g.rsplit("gpu", 1)[1]) < ppn // 2]
+    chosen = {"all": gpus, "one per node": gpus[::ppn], "half": half}
+    geom = CommGeometry(cluster, chosen[ranks])
+    if pattern == "nvls" and not cluster.has_nvswitch():
+        return
+    for n in counts:
+        load = geom._load(pattern, n)
+        links, gbps = load.links(proto, geom.params)
+        raw, busiest, actions = _per_link(load, proto, geom.params)
+        assert {u.link: u.raw_per_payload for u in links} == pytest.approx(raw, rel=1e-12)
+        assert [u.link for u in links] == list(raw)
+        assert gbps == pytest.approx(busiest, rel=1e-12)
+        per_action = proxy_action_us(geom.cpu_vendor, geom.params)
+        assert load.busiest_proxy_us(proto, geom.cpu_vendor, geom.params) == pytest.approx(actions * per_action)
 
 
 plans = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2]),

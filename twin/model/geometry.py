@@ -132,6 +132,59 @@ class ChannelShare:
 
 
 
+@dataclass(frozen=True)
+class _LinkClasses:
+    """The links and proxy threads a sequence of distinct flow lists loads, grouped by how each
+    list loads them: a load of ``copies[j]`` of each list puts the same profile on every link of a
+    class (and the same actions on every proxy of a class), so the rates of every channel count
+    come from the few classes, not from the thousands of links of a ring over hundreds of alike
+    nodes.  Worked out once per sequence of lists (a pattern's loads of every channel count share
+    it), in the order the lists' flows first use each link, as ``_Load.uses`` orders them.
+    """
+
+    lists: tuple
+    """The flow lists (kept: loads find their classes by the lists' ids)."""
+    kinds: list
+    """The (link kind, DMA, through a CPU) of the uses, in first-use order."""
+    links: frozenset
+    """The distinct (profile, capacity) pairs, a profile's counts one per list."""
+    proxies: frozenset
+    """The distinct (sends, receives) network flows of the GPUs, one count per list."""
+
+    @classmethod
+    def of(cls, lists: tuple) -> _LinkClasses:
+        """The classes of ``lists``."""
+        uses = _merged_uses(lists)
+        per_link = _profiles(uses)
+        ends = [_net_ends([[f, 1] for f in flows]) for flows in lists]
+        gpus = dict.fromkeys(g for sends, recvs in ends for g in (*sends, *recvs))
+        proxies = frozenset((tuple(s.get(g, 0) for s, _ in ends), tuple(r.get(g, 0) for _, r in ends)) for g in gpus)
+        kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in uses))
+        return cls(lists, kinds, frozenset(per_link.values()), proxies)
+
+    @staticmethod
+    def count(profile: tuple, copies: tuple[int, ...]) -> tuple:
+        """``profile`` (counts one per list) as a load of ``copies[j]`` of each list loads it."""
+        return tuple((kind, sum(c * n for c, n in zip(copies, counts, strict=True))) for kind, counts in profile)
+
+    def distinct(self, copies: tuple[int, ...]) -> set[tuple[tuple, float]]:
+        """The distinct (profile, capacity) pairs of a load of ``copies[j]`` of each list."""
+        return {(self.count(profile, copies), bw) for profile, bw in self.links}
+
+    def busiest_proxy(self, copies: tuple[int, ...], per_recv: int) -> int:
+        """The busiest proxy thread's actions per step when a received step costs ``per_recv``."""
+        return max((sum(c * (s + r * per_recv) for c, s, r in zip(copies, sends, recvs, strict=True))
+                    for sends, recvs in self.proxies), default=0)
+
+
+def _merged_uses(lists: tuple) -> dict:
+    """``uses[(hop, dma, via_cpu)]`` of ``lists``, the counts one per list: each list's uses,
+    merged in list order (a list's new links come after those of the lists before it, as a
+    load's first-use order has them)."""
+    uses = [_hop_uses([[f, 1] for f in flows]) for flows in lists]
+    return {key: tuple(u.get(key, 0) for u in uses) for key in dict.fromkeys(k for u in uses for k in u)}
+
+
 def _hop_uses(flows: list[list]) -> dict:
     """``uses[(hop, dma, via_cpu)]`` of ``[flow, copies]`` pairs, in first-use order (the root
     complex forwards a redirected flow's PCIe hops only)."""
@@ -144,6 +197,17 @@ def _hop_uses(flows: list[list]) -> dict:
     return uses
 
 
+def _net_ends(flows: list[list]) -> tuple[dict[str, int], dict[str, int]]:
+    """The network flows of ``[flow, copies]`` pairs each GPU sends and receives."""
+    sends: dict[str, int] = {}
+    recvs: dict[str, int] = {}
+    for f, copies in flows:
+        if f.kind == "net":
+            sends[f.src] = sends.get(f.src, 0) + copies
+            recvs[f.dst] = recvs.get(f.dst, 0) + copies
+    return sends, recvs
+
+
 @dataclass
 class _Load:
     """What the flows of a pattern's first channels put on the links, whatever the protocol.
@@ -152,11 +216,14 @@ class _Load:
     with the copies of it), not a table of its links: a data-parallel ring over hundreds of nodes
     loads thousands of links, for every channel count asked.  ``uses`` counts, when asked, the
     channel flows crossing each directed link in one way (a NIC's DMA or stores, forwarded by a
-    root complex or not); what the rates need of it (the distinct link profiles, the busiest
-    proxy thread's actions) is kept, the per-link tables are not.
+    root complex or not).  What the rates need of it (the distinct link profiles, the busiest
+    proxy thread's actions) comes from the ``_LinkClasses`` of the load's distinct flow lists,
+    which the loads grown from one another (``plus``) share.
     """
 
     parts: tuple = ()
+    _classes: dict = field(default_factory=dict, repr=False, compare=False)
+    """``_LinkClasses`` by the ids of their lists, shared by the loads ``plus`` makes of this one."""
     _links: dict = field(default_factory=dict, repr=False, compare=False)
     """``links`` answers by the link efficiencies they were computed with (the last few): a
     calibration evaluates one load under many constants, most of which leave them alone."""
@@ -169,11 +236,10 @@ class _Load:
 
     def plus(self, flows: Sequence[Flow], copies: int = 1) -> _Load:
         """This load and ``copies`` more of ``flows`` (one channel's, or a point-to-point pattern's)."""
-        return _Load((*self.parts, (flows, copies)))
+        return _Load((*self.parts, (flows, copies)), self._classes)
 
-    def flows(self) -> list[list]:
-        """Each distinct flow of the load with its copies, ``[flow, copies]`` in first-use order
-        (channels on the same NICs share their flow lists and flows: counted once each)."""
+    def _lists(self) -> list[list]:
+        """Each distinct flow list of the load with its copies, ``[flows, copies]`` in first-use order."""
         lists: dict[int, list] = {}
         for flows, copies in self.parts:
             entry = lists.get(id(flows))
@@ -181,8 +247,13 @@ class _Load:
                 lists[id(flows)] = [flows, copies]
             else:
                 entry[1] += copies
+        return list(lists.values())
+
+    def flows(self) -> list[list]:
+        """Each distinct flow of the load with its copies, ``[flow, copies]`` in first-use order
+        (channels on the same NICs share their flow lists and flows: counted once each)."""
         out: dict[int, list] = {}
-        for flows, copies in lists.values():
+        for flows, copies in self._lists():
             for f in flows:
                 entry = out.get(id(f))
                 if entry is None:
@@ -213,19 +284,25 @@ class _Load:
 
             if len(self._links) >= _LINKS_KEPT:
                 del self._links[next(iter(self._links))]
-            links = LinkUses(lambda: tuple(LinkUse(k, raw(p), bw) for k, (p, bw) in self.profiles().items()))
+            links = LinkUses(lambda: self._link_uses(efficiency))
             # Links of one profile and capacity (every node's alike on a ring over alike hosts) share
             # one rate: the busiest is found over the distinct ones.
             self._links[key] = links, min((bw / raw(p) for p, bw in self.distinct()), default=math.inf)
         return self._links[key]
 
-    def profiles(self) -> dict[tuple[str, str], tuple[tuple, float]]:
-        """Each directed link's profile, its ((link kind, DMA, through a CPU), count) in the order
-        of the uses, with its capacity (GB/s)."""
-        return _profiles(self.uses)
+    def _link_uses(self, efficiency: dict[tuple[str, bool, bool], float]) -> tuple[LinkUse, ...]:
+        """Each loaded link's use: its raw bytes per payload byte, the uses' counts over their
+        ``efficiency`` summed in the uses' order (as ``links`` sums a profile), in first-use order."""
+        raw: dict[tuple[str, str], float] = {}
+        capacity: dict[tuple[str, str], float] = {}
+        for (h, dma, via_cpu), count in self.uses.items():
+            link = h.src, h.dst
+            raw[link] = raw.get(link, 0.0) + count / efficiency[h.kind, dma, via_cpu]
+            capacity[link] = h.bw
+        return tuple(LinkUse(link, r, capacity[link]) for link, r in raw.items())
 
     def distinct(self) -> set[tuple[tuple, float]]:
-        """The distinct (profile, capacity) pairs of the loaded links (``profiles``), once asked."""
+        """The distinct (profile, capacity) pairs of the loaded links, once asked."""
         if self._distinct is None:
             self._summarise()
         return self._distinct
@@ -237,21 +314,22 @@ class _Load:
         return self._kinds
 
     def _summarise(self) -> None:
-        """``distinct``, ``kinds`` and the busiest proxy's actions for every protocol, from one walk
-        over the distinct flows (a load is asked for all of them)."""
-        flows = self.flows()
-        uses = _hop_uses(flows)
-        sends: dict[str, int] = {}
-        recvs: dict[str, int] = {}
-        for f, copies in flows:
-            if f.kind == "net":
-                sends[f.src] = sends.get(f.src, 0) + copies
-                recvs[f.dst] = recvs.get(f.dst, 0) + copies
-        self._kinds = list(dict.fromkeys((h.kind, dma, via_cpu) for h, dma, via_cpu in uses))
-        self._distinct = set(_profiles(uses).values())
-        gpus = sends.keys() | recvs.keys()
-        self._proxy = {per_recv: max((sends.get(g, 0) + recvs.get(g, 0) * per_recv for g in gpus), default=0)
+        """``distinct``, ``kinds`` and the busiest proxy's actions for every protocol (a load is
+        asked for all of them), from the classes of the load's flow lists."""
+        classes, copies = self._link_classes()
+        self._kinds = classes.kinds
+        self._distinct = classes.distinct(copies)
+        self._proxy = {per_recv: classes.busiest_proxy(copies, per_recv)
                        for per_recv in {0, 1} | {actions - 1 for actions in PROXY_ACTIONS.values()}}
+
+    def _link_classes(self) -> tuple[_LinkClasses, tuple[int, ...]]:
+        """The classes of the load's distinct flow lists, and the copies of each."""
+        lists = self._lists()
+        key = tuple(id(flows) for flows, _ in lists)
+        classes = self._classes.get(key)
+        if classes is None:
+            classes = self._classes[key] = _LinkClasses.of(tuple(flows for flows, _ in lists))
+        return classes, tuple(n for _, n in lists)
 
     def busiest_proxy_us(self, proto: Proto, cpu_vendor: str, params: TwinParams) -> float:
         """CPU time the busiest proxy thread spends on one step of every flow.
@@ -534,15 +612,22 @@ class CommGeometry:
 
     def nvls_flows(self, channel: int) -> list[Flow]:
         """Every GPU to and from its NVSwitch (multicast stores and in-switch reductions)."""
+        flows = list(self._switch_flows)
+        if self.nnodes > 1:
+            flows += self.tree_flows(channel)[2 * self.nnodes * (self.ppn - 1):]
+        return flows
+
+    @cached_property
+    def _switch_flows(self) -> tuple[Flow, ...]:
+        """Every GPU to and from its NVSwitch, built once: every channel's NVLS flows are these
+        (so the channels of one node share one flow list)."""
         flows = []
         for gpu in self.ranks:
             switch = next(n for n in self.cluster.graph.neighbors(gpu)
                           if self.cluster.graph.nodes[n]["kind"] == "nvswitch")
             flows += [Flow(gpu, switch, (self._edge_hop(gpu, switch),)),
                       Flow(switch, gpu, (self._edge_hop(switch, gpu),))]
-        if self.nnodes > 1:
-            flows += self.tree_flows(channel)[2 * self.nnodes * (self.ppn - 1):]
-        return flows
+        return tuple(flows)
 
     def nvlink_round_trip_us(self) -> float:
         """A store to the NVSwitch and its acknowledgement back: twice the mean one-way latency of
@@ -591,9 +676,9 @@ class CommGeometry:
         """The load of ``pattern``'s first ``nchannels`` channels, kept for the channel counts asked
         only: each is the nearest smaller one asked before plus the channels in between (one copy
         of the link tables per count asked, not per channel)."""
-        if pattern in _SAME_ON_EVERY_CHANNEL:
-            return _Load().plus(self.channel_flows(pattern, 0), copies=nchannels)
         built = self._loads.setdefault(pattern, {0: _Load()})
+        if pattern in _SAME_ON_EVERY_CHANNEL:  # grown from the empty load: they share its classes
+            return built[0].plus(self.channel_flows(pattern, 0), copies=nchannels)
         if nchannels not in built:
             below = max(n for n in built if n < nchannels)
             load = built[below]

@@ -100,6 +100,8 @@ class Cluster:
                               for n in self._by_kind.get(SWITCH, [])}
         self._nic_of: dict[str, str] = {}
         self._routes: dict[tuple[str, str, str], list[Hop]] = {}
+        self._hop_of: dict[tuple[str, str], Hop] = {}
+        self._switch_routes: dict[tuple[frozenset, frozenset], list[list[str]]] = {}  # by the NICs' switches
         self._pcie: dict[tuple, list[str]] = {}  # by (src, dst), or by (host shape, local names)
         self._local: dict[str, list[str]] = {}
         self._host_parts: dict[int, list[str]] | None = None
@@ -505,7 +507,10 @@ class Cluster:
         def up(nic: str) -> set[str]:
             return {s for s in graph[nic] if s in self._switch_links and graph.edges[nic, s]["kind"] == NET}
 
-        paths = [[src_nic, *p, dst_nic] for p in _switch_paths(up(src_nic), up(dst_nic), self._switch_links)]
+        first, last = frozenset(up(src_nic)), frozenset(up(dst_nic))
+        if (first, last) not in self._switch_routes:  # NICs under the same switches share them
+            self._switch_routes[first, last] = _switch_paths(first, last, self._switch_links)
+        paths = [[src_nic, *p, dst_nic] for p in self._switch_routes[first, last]]
         if not paths:
             raise TopologyError(f"cluster {self.name!r}: no network path from {src_nic} "
                                 f"to {dst_nic}")
@@ -528,9 +533,15 @@ class Cluster:
             self._nic_of[gpu] = nic
 
     def _hops(self, path: list[str]) -> list[Hop]:
-        edges = self.graph.edges
-        return [Hop(a, b, edges[a, b]["kind"], edges[a, b]["bw"], edges[a, b]["lat_us"])
-                for a, b in pairwise(path)]
+        """The hops of ``path``, one ``Hop`` per directed edge for every route that crosses it."""
+        hops = []
+        for a, b in pairwise(path):
+            hop = self._hop_of.get((a, b))
+            if hop is None:
+                data = self.graph.edges[a, b]
+                hop = self._hop_of[a, b] = Hop(a, b, data["kind"], data["bw"], data["lat_us"])
+            hops.append(hop)
+        return hops
 
     def _nvlink_neighbours(self, node: str) -> Iterable[str]:
         return [n for n in self.graph[node] if self.graph.edges[node, n]["kind"] == NVLINK]
