@@ -15,6 +15,7 @@ from traces.task import Op
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
+from twin.des import CollectiveRun, simulate
 from twin.model.geometry import CommGeometry
 from twin.model.host import NCCL_TESTS_ITERS
 from twin.model.netpath import net_step_latency_us, proxy_overhead_us
@@ -177,7 +178,9 @@ def test_pipelines_forward_grains_not_whole_chunks(a100_nodes):
     s = build_schedule(geom, Op.ALLREDUCE, 8 * MIB, config)
     per_channel = 8 * MIB / 16
     store_and_forward = (s.steps + per_channel / 71040 - 1) * 71040 / (float(s.gbps) * 1e3)
-    assert float(s.time_us()) < 0.6 * store_and_forward
+    # Only its two network hops (up and down between the nodes) hold whole steps.
+    assert float(s.store_bytes) == pytest.approx(2 * (71040 - float(s.unit_bytes)))
+    assert float(s.time_us()) - float(s.store_us()) < 0.6 * store_and_forward
     assert float(s.time_us()) > per_channel / (float(s.gbps) * 1e3)
 
 
@@ -426,6 +429,32 @@ def test_an_ll_chain_fills_one_cta_pass_per_hop_whatever_its_threads():
     below, above = predict(comm, Op.BROADCAST, n - 16), predict(comm, Op.BROADCAST, n)
     assert (below.config.nthreads, above.config.nthreads) == (128, 256)
     assert 0.75 < above.time_us / below.time_us < 1
+
+
+def test_a_pipeline_pays_its_proxy_once_per_nccl_step_not_per_grain():
+    """Across EFA a Broadcast chain's proxy posts one message per FIFO step (a 576,000-byte LL128
+    chunk), however finely the lines cut through inside the nodes: 512 MiB on 64 channels is 15
+    messages per channel, so the chain runs at its links, not at one message per grain."""
+    geom = CommGeometry(load_cluster("aws-p5", nodes=2))
+    s = schedule_for(geom, Op.BROADCAST, 512 * MIB, Algo.RING, Proto.LL128, 64, 640, 576000)
+    share = geom.share("chain", 64, Proto.LL128)
+    messages = np.ceil(8 * MIB / 576000)
+    assert float(s.loops) > 10 * messages  # the grains the pipeline cuts through are far more
+    assert float(s.proxy_us) == pytest.approx(share.proxy_us * messages / float(s.loops))
+    at_links = 8 * MIB / (float(s.gbps) * 1e3)
+    assert at_links < float(s.time_us()) < 1.3 * at_links
+
+
+def test_a_network_hop_holds_a_whole_fifo_step_before_it_forwards():
+    """One node: every hop forwards a grain.  Two nodes: the chain's one network hop waits for its
+    first step written whole, once, whatever the size beyond one chunk; the des engine agrees."""
+    one, two = CommGeometry(load_cluster("dgx-h100")), CommGeometry(load_cluster("dgx-h100", nodes=2))
+    assert schedule_for(one, Op.BROADCAST, 64 * MIB, Algo.RING, Proto.LL128, 16, 640, 576000).store_bytes == 0
+    stores = [schedule_for(two, Op.BROADCAST, n, Algo.RING, Proto.LL128, 16, 640, 576000) for n in (MIB, 64 * MIB)]
+    small, large = stores
+    assert float(small.store_bytes) == pytest.approx(MIB / 16 - float(small.unit_bytes))
+    assert float(large.store_bytes) == pytest.approx(576000 - float(large.unit_bytes))
+    assert simulate([CollectiveRun(large)])[0] == pytest.approx(float(large.time_us()), rel=1e-6)
 
 
 def test_every_broadcast_channel_starts_at_the_root():
