@@ -159,11 +159,11 @@ NET_STEP_LL_THREADS = ("two nodes: NCCL gives a 16-rank chain's LL 128 threads b
                        "FIFO step until its proxy posts it (net.cc), written at 128 threads' LL line rate and streamed "
                        "again after it, so doubling the threads cuts the time 26-33 %; whether LL's line rate is as "
                        "slow once a step has landed whole is not measured (no multi-node Broadcast at 32 KiB)")
-EFA_TREE = ("two nodes over EFA (3.5 µs per message on AMD hosts): NCCL's own tables switch Ring → Tree LL128 at 8 MiB "
-            "where the twin's Ring LL128 waits on every one of its 30 steps for the busiest proxy's 8 messages (64 "
-            "channels over 16 GPUs), so time falls 48-64 %; with aws-ofi-nccl, whose tuner NCCL loads from the net "
-            "plugin by default, NCCL runs Tree LL128 up to 30 MiB at 2×8 on p5/p5e and Tree up to 12.5 MiB on p5en "
-            "(nccl_ofi_regions.cpp), which twin/nccl_model does not emulate yet")
+EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at 4-8 MiB where the twin's Ring LL128 "
+            "waits on every one of its 30 steps for the busiest proxy's messages (p5/p5e: 8 of 3.5 µs on AMD hosts, "
+            "64 channels over 16 GPUs; p5en: 4 of 2.5 µs), so time falls 50-65 %; with aws-ofi-nccl, whose tuner "
+            "NCCL loads from the net plugin by default, NCCL runs Tree LL128 up to 30 MiB at 2×8 on p5/p5e and Tree "
+            "up to 12.5 MiB on p5en (nccl_ofi_regions.cpp), which twin/nccl_model does not emulate yet")
 PCIE_TREE = ("H100 PCIe / NVL (bridged pairs over PCIe switches): NCCL's cost model keeps Tree to a few MiB where the "
              "twin's Tree (chains across PCIe switches and the CPU) is 1.4-3.4× slower than its Ring")
 KNOWN_MISSES = {
