@@ -168,7 +168,7 @@ PCIE_TREE = ("H100 PCIe / NVL (bridged pairs over PCIe switches): NCCL's cost mo
              "twin's Tree (chains across PCIe switches and the CPU) is 1.4-3.4× slower than its Ring")
 KNOWN_MISSES = {
     **{(f"{p}:2x8", op): NET_STEP_LL_THREADS for p in (
-        "abci-a", "aws-p5", "aws-p5e", "aws-p5en", "azure-nd-h100-v5", "azure-nd-h200-v5", "dgx-a100", "dgx-a100-80gb",
+        "abci-a", "aws-p5en", "azure-nd-h100-v5", "azure-nd-h200-v5", "dgx-a100", "dgx-a100-80gb",
         "dgx-b200", "dgx-h100", "gcp-a3-ultra", "gcp-a4", "hgx-b300", "hgx-h200", "oci-bm-gpu-h100-8")
        for op in (Op.BROADCAST, Op.REDUCE)},
     **{(f"{p}:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY for p in ("azure-nd-h100-v5", "azure-nd-h200-v5", "dgx-b200",
