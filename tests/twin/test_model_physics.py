@@ -15,7 +15,6 @@ from traces.task import Op
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
-from twin.des import CollectiveRun, simulate
 from twin.model.geometry import CommGeometry
 from twin.model.host import NCCL_TESTS_ITERS
 from twin.model.netpath import net_step_latency_us, proxy_overhead_us
@@ -178,9 +177,7 @@ def test_pipelines_forward_grains_not_whole_chunks(a100_nodes):
     s = build_schedule(geom, Op.ALLREDUCE, 8 * MIB, config)
     per_channel = 8 * MIB / 16
     store_and_forward = (s.steps + per_channel / 71040 - 1) * 71040 / (float(s.gbps) * 1e3)
-    # Only its two network hops (up and down between the nodes) hold whole steps.
-    assert float(s.store_bytes) == pytest.approx(2 * (71040 - float(s.unit_bytes)))
-    assert float(s.time_us()) - float(s.store_us()) < 0.6 * store_and_forward
+    assert float(s.time_us()) < 0.6 * store_and_forward
     assert float(s.time_us()) > per_channel / (float(s.gbps) * 1e3)
 
 
@@ -443,18 +440,6 @@ def test_a_pipeline_pays_its_proxy_once_per_nccl_step_not_per_grain():
     assert float(s.proxy_us) == pytest.approx(share.proxy_us * messages / float(s.loops))
     at_links = 8 * MIB / (float(s.gbps) * 1e3)
     assert at_links < float(s.time_us()) < 1.3 * at_links
-
-
-def test_a_network_hop_holds_a_whole_fifo_step_before_it_forwards():
-    """One node: every hop forwards a grain.  Two nodes: the chain's one network hop waits for its
-    first step written whole, once, whatever the size beyond one chunk; the des engine agrees."""
-    one, two = CommGeometry(load_cluster("dgx-h100")), CommGeometry(load_cluster("dgx-h100", nodes=2))
-    assert schedule_for(one, Op.BROADCAST, 64 * MIB, Algo.RING, Proto.LL128, 16, 640, 576000).store_bytes == 0
-    stores = [schedule_for(two, Op.BROADCAST, n, Algo.RING, Proto.LL128, 16, 640, 576000) for n in (MIB, 64 * MIB)]
-    small, large = stores
-    assert float(small.store_bytes) == pytest.approx(MIB / 16 - float(small.unit_bytes))
-    assert float(large.store_bytes) == pytest.approx(576000 - float(large.unit_bytes))
-    assert simulate([CollectiveRun(large)])[0] == pytest.approx(float(large.time_us()), rel=1e-6)
 
 
 def test_every_broadcast_channel_starts_at_the_root():

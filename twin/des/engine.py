@@ -36,8 +36,7 @@ class CollectiveRun:
 def _collective(env: simpy.Environment, net: FluidNetwork, run: CollectiveRun, ends: dict[int, float],
                 index: int):
     s = run.schedule
-    # The pipeline's network hops wait for whole steps before its first chunk goes on.
-    yield env.timeout(run.start_us + float(s.launch_us) + float(s.store_us()))
+    yield env.timeout(run.start_us + float(s.launch_us))
     for i in range(int(s.n_steps)):
         transfer = net.start(float(s.step_bytes), s.links, float(s.cap_gbps))
         rate = max(transfer.rate_gbps, 1e-9)

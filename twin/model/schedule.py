@@ -117,9 +117,6 @@ class Schedule:
     host: HostLaunch = field(default_factory=HostLaunch)
     """The host thread that launches the call (``twin.model.host``); ``launch_us`` already holds
     its ``skew_us``, the wait for the last GPU's launch."""
-    store_bytes: float = 0.0
-    """Bytes a pipeline's first chunk waits for on its network hops beyond one grain each
-    (``network_store_bytes``): a proxy sends a whole FIFO step, never a part of one."""
 
     @property
     def n_steps(self):
@@ -137,16 +134,9 @@ class Schedule:
         return np.maximum(np.maximum(self.step_bytes / (gbps * 1e3) + self.sync_us,
                                      self.step_time_us(gbps) / self.in_flight), self.proxy_us)
 
-    def store_us(self):
-        """What the network hops of a pipeline's fill wait for their whole steps: each sender's CTA
-        writes its step at its own rate (``cap_gbps``), its inputs having landed whole before it
-        or come over NVLink."""
-        return self.store_bytes / (self.cap_gbps * 1e3)
-
     def steps_time_us(self, gbps):
         """All the steps at ``gbps``: the full-latency ones, then the paced ones."""
-        return (self.fill_steps * self.step_time_us(gbps) + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
-                + self.store_us())
+        return self.fill_steps * self.step_time_us(gbps) + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
 
     def latency_us(self, gbps):
         """The part of a step that does not overlap the transfer: hop latency plus one grain."""
@@ -274,20 +264,17 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # A ring round hands over each of its slices; a pipeline step is one slice (Tree, Broadcast
         # and Reduce run ``ProtoSimple<1, 1>``: one step per chunk, one slice per step).
         slices = step_bytes / grain_bytes if shape == "rounds" else 1.0
-        proxy_us, store = share.proxy_us, 0.0
+        proxy_us = share.proxy_us
         if shape == "pipeline":
             # Across the network a pipeline moves NCCL's steps, not the grains above: the proxy
-            # posts one message per FIFO step, once the kernel has written all of it
-            # (``network_store_bytes``).  So its per-step CPU time is shared by the grains of a step.
+            # posts one message per FIFO step (``sendProxyProgress``, ``src/transport/net.cc``),
+            # so its per-step CPU time is shared by the grains of a step.
             messages = np.maximum(1, np.ceil(per_channel / chunk))
             proxy_us = share.proxy_us * messages / loops
-            # The first step carries a whole chunk, the last what is left (``runRing``, ``broadcast.h``).
-            store = network_store_bytes(geom.network_share(pattern) * steps, np.minimum(chunk, per_channel),
-                                        grain_bytes)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, slices, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us, host, store)
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us, host)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -342,26 +329,6 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
     steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
     return shaped("pipeline", "tree", steps, 1)
-
-
-def network_store_bytes(net_hops: float, message_bytes, grain_bytes):
-    """Bytes a pipeline's first chunk waits for on its ``net_hops`` network hops beyond one grain.
-
-    Inside a node a receiver takes a chunk's lines as they land, so a pipeline fills one grain
-    per hop (a hop's latency holds one grain, ``Schedule.latency_us``).  A network hop cannot:
-    the sender's proxy posts one ``isend`` per FIFO step, of the size the kernel wrote into
-    ``connFifo[slot].size``, and only once the step is complete (the LL flags of every line
-    checked, the LL128 and Simple tail counter past the step, which the kernel bumps after its
-    whole ``GenericOp``: ``sendProxyProgress`` in ``src/transport/net.cc``, ``postSend`` in
-    ``prims_ll128.h``, NCCL 2.28).  So each network hop holds the first message until all
-    ``message_bytes`` of its step are written, where a grain would have gone on: the hop costs
-    its latency plus the whole message written by the sender's CTA (``Schedule.store_us``).  The
-    receiver gets the message whole, so the next hop's sender writes at its CTA's rate too.
-
-    >>> float(network_store_bytes(1, 576000, 27000)), float(network_store_bytes(0, 576000, 27000))
-    (549000.0, 0.0)
-    """
-    return net_hops * np.maximum(0.0, message_bytes - grain_bytes)
 
 
 def tree_split(proto: Proto, nthreads):
