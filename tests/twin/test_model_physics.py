@@ -428,6 +428,20 @@ def test_an_ll_chain_fills_one_cta_pass_per_hop_whatever_its_threads():
     assert 0.75 < above.time_us / below.time_us < 1
 
 
+def test_a_pipeline_pays_its_proxy_once_per_nccl_step_not_per_grain():
+    """Across EFA a Broadcast chain's proxy posts one message per FIFO step (a 576,000-byte LL128
+    chunk), however finely the lines cut through inside the nodes: 512 MiB on 64 channels is 15
+    messages per channel, so the chain runs at its links, not at one message per grain."""
+    geom = CommGeometry(load_cluster("aws-p5", nodes=2))
+    s = schedule_for(geom, Op.BROADCAST, 512 * MIB, Algo.RING, Proto.LL128, 64, 640, 576000)
+    share = geom.share("chain", 64, Proto.LL128)
+    messages = np.ceil(8 * MIB / 576000)
+    assert float(s.loops) > 10 * messages  # the grains the pipeline cuts through are far more
+    assert float(s.proxy_us) == pytest.approx(share.proxy_us * messages / float(s.loops))
+    at_links = 8 * MIB / (float(s.gbps) * 1e3)
+    assert at_links < float(s.time_us()) < 1.3 * at_links
+
+
 def test_every_broadcast_channel_starts_at_the_root():
     geom = CommGeometry(load_cluster("dgx-h100"))
     for channel in range(4):

@@ -277,6 +277,13 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # A ring round hands over each of its slices; a pipeline step is one slice (Tree, Broadcast
         # and Reduce run ``ProtoSimple<1, 1>``: one step per chunk, one slice per step).
         slices = step_bytes / grain_bytes if shape == "rounds" else 1.0
+        proxy_us = share.proxy_us
+        if shape == "pipeline":
+            # Across the network a pipeline moves NCCL's steps, not the grains above: the proxy
+            # posts one message per FIFO step (``sendProxyProgress``, ``src/transport/net.cc``),
+            # so its per-step CPU time is shared by the grains of a step.
+            messages = np.maximum(1, np.ceil(per_channel / chunk))
+            proxy_us = share.proxy_us * messages / loops
         # A one-node chain's first chunk crosses each hop at that hop's rate (``fill_gbps_scale``).
         # Across nodes the same holds, but is not applied yet: it moves the multi-node A100 and
         # EFA files other parts fit (docs/physics.md, "Pipeline fill at each hop's rate").
@@ -285,7 +292,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, slices, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, share.proxy_us, fill, host)
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us, fill, host)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
