@@ -24,7 +24,7 @@ import functools
 import math
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from itertools import count
 from operator import attrgetter
@@ -225,9 +225,12 @@ class Trace:
 # ---- validation --------------------------------------------------------------------------
 
 
-def _check(condition: bool, problem: str, path: str | None, rank: int | None = None, event=None) -> None:
+def _check(condition: bool, problem: str | Callable[[], str], path: str | None, rank: int | None = None,
+           event=None) -> None:
+    """Raise ``TraceError`` unless ``condition``: ``problem`` is the message, or a function making it
+    (called only where the check fails)."""
     if not condition:
-        raise TraceError(problem, path, rank=rank, event=event)
+        raise TraceError(problem if isinstance(problem, str) else problem(), path, rank=rank, event=event)
 
 
 def _validate(trace: Trace, path: str | None) -> None:
@@ -334,10 +337,8 @@ def _check_order(event, ids: set[int], rank: int, path: str | None) -> None:
 def _check_fields(event, rank: int, groups: dict[str, ProcessGroup], path: str | None) -> None:
     """One event's fields, and its group and peer on ``rank``."""
 
-    def check(condition: bool, problem, event_id=event.id) -> None:
-        """``problem``: the message, or a function making it (only where the check fails)."""
-        if not condition:
-            raise TraceError(problem if isinstance(problem, str) else problem(), path, rank=rank, event=event_id)
+    def check(condition: bool, problem: str | Callable[[], str]) -> None:
+        _check(condition, problem, path, rank, event.id)
 
     check(event.iteration >= 0, lambda: f"negative iteration {event.iteration}")
     check(bool(event.stream), "empty stream name")

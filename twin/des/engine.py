@@ -43,8 +43,8 @@ def _collective(env: simpy.Environment, net: FluidNetwork, run: CollectiveRun, e
         transfer = net.start(float(s.step_bytes) * fill, s.links, float(s.cap_gbps))
         rate = max(transfer.rate_gbps, 1e-9)
         # A full pipeline's chunk waits for a share of a step's latency only (``Schedule.pace_us``).
-        wait = s.fill_latency_us(rate) if i < s.fill_steps else max(s.step_time_us(rate) / s.in_flight - s.sync_us,
-                                                               s.proxy_us - s.sync_us, 0.0)
+        wait = s.latency_us(rate, fill) if i < s.fill_steps else max(
+            s.step_time_us(rate) / s.in_flight - s.sync_us, s.proxy_us - s.sync_us, 0.0)
         yield transfer.done & env.timeout(float(wait))
         if s.sync_us:
             yield env.timeout(float(s.sync_us))

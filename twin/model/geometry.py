@@ -192,9 +192,40 @@ def _hop_uses(flows: list[list]) -> dict:
     for f, copies in flows:
         dma = f.kind == "net"
         for h in f.hops:
-            key = h, dma, f.via_cpu and h.kind != "net"
+            key = h, dma, _forwarded(f, h)
             uses[key] = uses.get(key, 0) + copies
     return uses
+
+
+def _forwarded(f: Flow, h: Hop) -> bool:
+    """Whether the root complex forwards hop ``h`` of flow ``f``: a redirected flow's PCIe hops."""
+    return f.via_cpu and h.kind != "net"
+
+
+def _use_efficiency(proto: Proto, kind: tuple[str, bool, bool], params: TwinParams) -> float:
+    """The payload share of a link's rate for a use of ``kind`` (link kind, a NIC's DMA, forwarded
+    by a root complex) under ``proto``: NIC transfers are large RDMA writes whatever the protocol's
+    store size, and the root complex forwards peer-to-peer traffic at its share."""
+    return store_efficiency(proto, kind[0], dma=kind[1], params=params) * (
+        params.link.root_complex_p2p_efficiency if kind[2] else 1.0)
+
+
+def _counted(items) -> list[list]:
+    """``[item, copies]`` for each distinct object of ``(item, copies)`` pairs, its copies summed,
+    in first-seen order (objects are told apart by identity: shared lists and flows count once).
+
+    >>> a, b = ["a"], ["a"]
+    >>> _counted([(a, 1), (b, 2), (a, 3)])
+    [[['a'], 4], [['a'], 2]]
+    """
+    out: dict[int, list] = {}
+    for item, copies in items:
+        entry = out.get(id(item))
+        if entry is None:
+            out[id(item)] = [item, copies]
+        else:
+            entry[1] += copies
+    return list(out.values())
 
 
 def _net_ends(flows: list[list]) -> tuple[dict[str, int], dict[str, int]]:
@@ -240,27 +271,12 @@ class _Load:
 
     def _lists(self) -> list[list]:
         """Each distinct flow list of the load with its copies, ``[flows, copies]`` in first-use order."""
-        lists: dict[int, list] = {}
-        for flows, copies in self.parts:
-            entry = lists.get(id(flows))
-            if entry is None:
-                lists[id(flows)] = [flows, copies]
-            else:
-                entry[1] += copies
-        return list(lists.values())
+        return _counted(self.parts)
 
     def flows(self) -> list[list]:
         """Each distinct flow of the load with its copies, ``[flow, copies]`` in first-use order
         (channels on the same NICs share their flow lists and flows: counted once each)."""
-        out: dict[int, list] = {}
-        for flows, copies in self._lists():
-            for f in flows:
-                entry = out.get(id(f))
-                if entry is None:
-                    out[id(f)] = [f, copies]
-                else:
-                    entry[1] += copies
-        return list(out.values())
+        return _counted((f, copies) for flows, copies in self._lists() for f in flows)
 
     @property
     def uses(self) -> dict:
@@ -271,9 +287,7 @@ class _Load:
     def links(self, proto: Proto, params: TwinParams) -> tuple[LinkUses, float]:
         """Each loaded link with its raw bytes per payload byte of one channel flow under ``proto``
         (built when first looked at), and the payload rate of one channel flow on the busiest."""
-        # NIC transfers are large RDMA writes whatever the protocol's store size.
-        efficiency = {kind: store_efficiency(proto, kind[0], dma=kind[1], params=params) * (
-            params.link.root_complex_p2p_efficiency if kind[2] else 1.0) for kind in self.kinds()}
+        efficiency = {kind: _use_efficiency(proto, kind, params) for kind in self.kinds()}
         key = tuple(efficiency.items())
         if key not in self._links:
             def raw(profile: tuple) -> float:
@@ -764,9 +778,8 @@ class CommGeometry:
                     count[h.src, h.dst] = count.get((h.src, h.dst), 0) + 1
 
             def rate(f: Flow) -> float:
-                rc = self.params.link.root_complex_p2p_efficiency
-                return min(h.bw * store_efficiency(proto, h.kind, dma=f.kind == "net", params=self.params)
-                           * (rc if f.via_cpu and h.kind != "net" else 1.0) / count[h.src, h.dst] for h in f.hops)
+                return min(h.bw * _use_efficiency(proto, (h.kind, f.kind == "net", _forwarded(f, h)), self.params)
+                           / count[h.src, h.dst] for h in f.hops)
 
             if pattern == "tree":
                 inter = [f for f in flows if self._between_nodes(f)]

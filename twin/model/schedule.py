@@ -142,16 +142,13 @@ class Schedule:
     def steps_time_us(self, gbps):
         """All the steps at ``gbps``: the full-latency ones (a pipeline's first chunk crossing each
         hop at that hop's rate, ``fill_scale``), then the paced ones."""
-        fill = np.maximum(self.fill_scale * self.step_bytes / (gbps * 1e3), self.fill_latency_us(gbps)) + self.sync_us
+        fill = self.step_time_us(gbps, self.fill_scale)
         return self.fill_steps * fill + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
 
-    def fill_latency_us(self, gbps):
-        """``latency_us`` of a fill step: its grain crosses the hop at the hop's rate (``fill_scale``)."""
-        return self.step_us + self.fill_scale * self.unit_bytes / (gbps * 1e3)
-
-    def latency_us(self, gbps):
-        """The part of a step that does not overlap the transfer: hop latency plus one grain."""
-        return self.step_us + self.unit_bytes / (gbps * 1e3)
+    def latency_us(self, gbps, scale=1.0):
+        """The part of a step that does not overlap the transfer: hop latency plus one grain, its
+        transfer taking ``scale`` of its time at ``gbps`` (a fill step's: ``fill_scale``)."""
+        return self.step_us + scale * self.unit_bytes / (gbps * 1e3)
 
     def gpu_period_us(self):
         """Time between two calls already queued on the GPUs, uncontended.
@@ -189,9 +186,10 @@ class Schedule:
         """
         return self.launch_us + self.steps_time_us(self.gbps)
 
-    def step_time_us(self, gbps):
-        """One step at ``gbps``: its transfer or its latency, whichever is longer, then its sync."""
-        return np.maximum(self.step_bytes / (gbps * 1e3), self.latency_us(gbps)) + self.sync_us
+    def step_time_us(self, gbps, scale=1.0):
+        """One step at ``gbps``: its transfer or its latency, whichever is longer, then its sync;
+        both transfers take ``scale`` of their time at ``gbps`` (a fill step's: ``fill_scale``)."""
+        return np.maximum(scale * self.step_bytes / (gbps * 1e3), self.latency_us(gbps, scale)) + self.sync_us
 
 
 def check_supported(geom: CommGeometry, op: Op, algo: Algo, proto: Proto) -> None:

@@ -26,7 +26,6 @@ in the end whole.
 from __future__ import annotations
 
 import math
-import weakref
 from collections import Counter
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -34,6 +33,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from traces.memo import per_trace
 from traces.schema import ComputeEvent, RankTrace, Trace, event_signatures
 from traces.task import Task
 from twin.placement import members_of, task_of
@@ -168,15 +168,16 @@ def shorten(trace: Trace, keep: int, call_keys) -> Shortened | None:
     of calls of one group or pair (``call_keys``: the replay's matching of calls), or a dependency
     would change its target.  Worked out once per trace and ``keep`` (the default and tuned
     replays of one evaluation share it)."""
-    key = (id(trace), keep)
-    if key not in _SHORTENED:
-        _SHORTENED[key] = _shorten(trace, keep, call_keys)
-        weakref.finalize(trace, _SHORTENED.pop, key, None)
-    return _SHORTENED[key]
+    by_keep = _shortened(trace)
+    if keep not in by_keep:
+        by_keep[keep] = _shorten(trace, keep, call_keys)
+    return by_keep[keep]
 
 
-_SHORTENED: dict[tuple[int, int], Shortened | None] = {}
-_FOUND: dict[int, dict[int, tuple[_Rank, Run]] | None] = {}
+@per_trace
+def _shortened(trace: Trace) -> dict[int, Shortened | None]:
+    """The trace's shortened versions found so far, by ``keep``."""
+    return {}
 
 
 def _shorten(trace: Trace, keep: int, call_keys) -> Shortened | None:
@@ -227,21 +228,17 @@ def _calls_match(ranks: list[RankTrace], runs: dict[int, Run], call_keys) -> boo
     return all(len({per_block.get(family, Counter())[r] for r in users_}) == 1 for family, users_ in users.items())
 
 
+@per_trace
 def _runs(trace: Trace) -> dict[int, tuple[_Rank, Run]] | None:
     """Each rank's arrays and run, worked out once per trace; ``None`` when some rank has no run."""
-    key = id(trace)
-    if key not in _FOUND:
-        found: dict[int, tuple[_Rank, Run]] | None = {}
-        for rank, signature in zip(trace.ranks, event_signatures(trace), strict=True):
-            arrays = _Rank.of(rank.events, signature)
-            run = find_run(arrays.signature, arrays.same_deps)
-            if run is None:
-                found = None
-                break
-            found[rank.rank] = (arrays, run)
-        _FOUND[key] = found
-        weakref.finalize(trace, _FOUND.pop, key, None)
-    return _FOUND[key]
+    found: dict[int, tuple[_Rank, Run]] = {}
+    for rank, signature in zip(trace.ranks, event_signatures(trace), strict=True):
+        arrays = _Rank.of(rank.events, signature)
+        run = find_run(arrays.signature, arrays.same_deps)
+        if run is None:
+            return None
+        found[rank.rank] = (arrays, run)
+    return found
 
 
 def extend(run, short: Shortened) -> Totals | None:
