@@ -144,13 +144,28 @@ class Network:
     NCCL's ``getNetOverhead``."""
     proxy_action_amd_us: float = _param(2.0, "µs", 0.0, 50.0)
     """One proxy action on AMD CPUs: NCCL's ``getNetOverhead``."""
+    post_intel_us: float = _param(0.25, "µs", 0.0, 50.0)
+    """CPU time of one request a proxy thread makes of the network (an ``isend``, ``irecv`` or
+    ``iflush`` with the completion it reaps later) on Intel and other CPUs: what one thread's steps
+    queue behind, where ``proxy_action_*`` is a step's latency.  An estimate: a core runs 10 M
+    small RPCs a second through RDMA NIC queues, 0.1 µs for a received and a sent message with
+    doorbells batched (eRPC, Kalia et al., NSDI 2019); NCCL rings a doorbell per request and reads
+    words the GPU or the NIC wrote (FIFO size and tail, the receiver's slot, the completion), a
+    cache miss each, so about 0.25 µs.  No public measurement of NCCL's own loop."""
+    post_amd_us: float = _param(0.5, "µs", 0.0, 50.0)
+    """One request on AMD CPUs: Intel's, times the 2 NCCL's ``getNetOverhead`` puts on AMD hosts."""
     message_us: float = _param(0.0, "µs", 0.0, 200.0)
-    """CPU time a network message costs its proxy beyond ``getNetOverhead``: none with IB verbs,
+    """CPU time a network message costs its proxy beyond a verbs post: none with IB verbs,
     whose NIC runs the transport; other fabric kinds set it (``fabric.<kind>.message_us``)."""
 
     def proxy_action_us(self, cpu_vendor: str) -> float:
-        """CPU time of one proxy action on this vendor's CPUs (others take Intel's, as NCCL does)."""
+        """Latency one proxy action adds to a step on this vendor's CPUs (others take Intel's, as
+        NCCL does)."""
         return (self.proxy_action_amd_us if cpu_vendor == "amd" else self.proxy_action_intel_us) + self.message_us
+
+    def post_us(self, cpu_vendor: str) -> float:
+        """CPU time one network request takes its proxy thread on this vendor's CPUs."""
+        return (self.post_amd_us if cpu_vendor == "amd" else self.post_intel_us) + self.message_us
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -161,8 +176,8 @@ class FabricTimes:
     wire_us: float = _param(1.1, "µs", 0.0, 200.0)
     """A small message NIC to NIC, no switch, including the transport stack that runs it."""
     message_us: float = _param(0.0, "µs", 0.0, 200.0)
-    """CPU time each network message costs its proxy beyond NCCL's own ``getNetOverhead``: the
-    plugin's or the kernel's work per send and per receive."""
+    """CPU time each network message costs its proxy beyond a verbs post (``net.post_*_us``) and
+    NCCL's own ``getNetOverhead``: the plugin's or the kernel's work per send and per receive."""
     efficiency: float = _param(0.92, "fraction", 0.05, 1.0)
     """Share of the NIC's line rate left for payload."""
 
@@ -197,12 +212,14 @@ class Fabrics:
     daemon gone), estimated 6 µs one way, still several times RDMA's; per message the plugin's
     flow bookkeeping (``NCCL_FASTRAK_NUM_FLOWS=2``), estimated 3 µs; 8 × 200 Gb/s on a3-mega, where
     Google's health checks expect about 90 % of line rate (``BANDWIDTH_THRESHOLD=90``)."""
-    efa: FabricTimes = FabricTimes(wire_us=12.0, message_us=1.5, efficiency=0.85)
+    efa: FabricTimes = FabricTimes(wire_us=12.0, message_us=1.25, efficiency=0.85)
     """AWS EFA (SRD, libfabric ``efa`` provider, aws-ofi-nccl): published small-message latencies of
     about 10-15 µs (AWS HPC blog 'Second generation EFA', 2022; Shalev et al., 'A cloud-optimized
-    transport protocol for elastic and scalable HPC', IEEE Micro 2020), 12 µs; libfabric's
-    completion-queue work per message, 1.5 µs; SRD sprays packets over many paths, and NCCL
-    all-reduce on p5 reaches about 85 % of 3,200 Gb/s."""
+    transport protocol for elastic and scalable HPC', IEEE Micro 2020), 12 µs; per message, one
+    libfabric endpoint streams 64 B-4 KiB messages at 1.50-1.78 µs each (``fi_rdm_tagged_bw`` on
+    c5n, Intel hosts, ofiwg/libfabric#5694), 1.5 µs of which the verbs post (``net.post_intel_us``)
+    is 0.25: 1.25 µs beyond it; SRD sprays packets over many paths, and NCCL all-reduce on p5
+    reaches about 85 % of 3,200 Gb/s."""
     slingshot: FabricTimes = FabricTimes(wire_us=2.0, message_us=1.0, efficiency=0.90)
     """HPE Slingshot-11 (Cassini NIC, Rosetta switch, libfabric ``cxi``): about 2 µs MPI
     ``osu_latency`` between nodes (Perlmutter and Frontier reports); aws-ofi-nccl over ``cxi``,

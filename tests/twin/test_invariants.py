@@ -149,22 +149,13 @@ PAIRS = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches: NCCL's t
          "to 64 MiB where the twin's Tree is 28 % faster (a chain crosses the root complex once each way with each "
          "byte once, a ring 1.5 times one way; NCCL's own bandwidths before the corrections agree: Tree 36.8, Ring "
          "26.7 GB/s); no measurement of such a node says what the late switch costs")
-NVLS_TREE_PROXY = ("two HGX B300 nodes: NVLS-Tree's 32 channels over 8 NICs put 4 channels on each GPU's proxy "
-                   "thread, whose 4 posts per 32 KiB chunk step (NCCL's getNetOverhead, 1 µs each) outlast the "
-                   "chunk's 2.2 µs at its link share, so NCCL's 32 → 64 KiB step at 16 MiB falls 21 %; no measurement "
-                   "gives the CPU time a post really takes (≤ 0.75 µs would keep it within 10 %)")
 EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at 4-8 MiB where the twin's Ring LL128 "
-            "waits on every one of its 30 steps for the busiest proxy's messages (p5/p5e: 8 of 3.5 µs on AMD hosts, "
-            "64 channels over 16 GPUs; p5en: 4 of 2.5 µs), so time falls 50-65 %; with aws-ofi-nccl, whose tuner "
-            "NCCL loads from the net plugin by default, NCCL runs Tree LL128 up to 30 MiB at 2×8 on p5/p5e and Tree "
-            "up to 12.5 MiB on p5en (nccl_ofi_regions.cpp), which twin/nccl_model does not emulate yet")
-A100_TREE = ("two DGX A100 80 GB nodes: NCCL's cost model switches Ring → Tree LL128 at 4 MiB where the twin's Ring "
-             "LL128 waits on each of its 30 steps for the network hop (4 µs: IB latency and the proxy's per-step "
-             "time) while its Tree pipelines them, and the 80 GB's HBM (2,039 against 1,555 GB/s) makes the Tree's "
-             "LL128 CTAs 1.3× faster, so time falls 28 % (19 % on the 40 GB nodes)")
+            "waits on every one of its 30 steps for the busiest proxy's requests (p5/p5e: 8 isends and 8 irecvs of "
+            "1.75 µs on AMD hosts, 64 channels over 16 GPUs; p5en: 4 and 4 of 1.5 µs), so time falls 50-65 %; "
+            "with aws-ofi-nccl, whose tuner NCCL loads from the net plugin by default, NCCL runs Tree LL128 up to "
+            "30 MiB at 2×8 on p5/p5e and Tree up to 12.5 MiB on p5en (nccl_ofi_regions.cpp), which twin/nccl_model "
+            "does not emulate yet")
 KNOWN_MISSES = {
-    ("hgx-b300:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY,
-    ("dgx-a100-80gb:2x8", Op.ALLREDUCE): A100_TREE,
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
     **{(f"{p}:4", Op.ALLREDUCE): PAIRS for p in ("h100-nvl", "h100-pcie")},
 }

@@ -23,7 +23,7 @@ from traces.trace_file import load_trace
 from tuner.config import Proto
 from twin.des import FluidNetwork
 from twin.model.geometry import CommGeometry, LinkUse, _Load
-from twin.model.netpath import PROXY_ACTIONS, proxy_action_us
+from twin.model.netpath import proxy_post_us
 from twin.model.protocols import store_efficiency
 from twin.nccl_model.search import _host_nodes
 from twin.placement import cluster_for
@@ -143,7 +143,7 @@ def test_channel_loads_asked_in_any_order_equal_those_built_channel_by_channel()
             assert loads[channel + 1].links(Proto.SIMPLE, asked.params) == built.links(Proto.SIMPLE, plain.params)
 
 
-def _per_link(load: _Load, proto: Proto, params) -> tuple[dict, float, float]:
+def _per_link(load: _Load, proto: Proto, params, flush: bool) -> tuple[dict, float, float]:
     """A load's links, busiest rate and busiest proxy's actions from its ``uses``, link by link:
     the raw bytes per payload byte the definition sums in the uses' order, with no classes."""
     raw: dict[tuple[str, str], float] = {}
@@ -156,8 +156,9 @@ def _per_link(load: _Load, proto: Proto, params) -> tuple[dict, float, float]:
     actions: dict[str, int] = {}
     for flow, copies in load.flows():
         if flow.kind == "net":
+            # An isend per step sent, an irecv per step received, a flush per received Simple step.
             actions[flow.src] = actions.get(flow.src, 0) + copies
-            actions[flow.dst] = actions.get(flow.dst, 0) + copies * (PROXY_ACTIONS[proto] - 1)
+            actions[flow.dst] = actions.get(flow.dst, 0) + copies * (1 + (flush and proto is Proto.SIMPLE))
     return raw, min((capacity[k] / r for k, r in raw.items()), default=math.inf), max(actions.values(), default=0)
 
 
@@ -182,12 +183,14 @@ def test_link_classes_give_each_links_load_as_a_walk_over_its_uses(preset, patte
     for n in counts:
         load = geom._load(pattern, n)
         links, gbps = load.links(proto, geom.params)
-        raw, busiest, actions = _per_link(load, proto, geom.params)
-        assert {u.link: u.raw_per_payload for u in links} == pytest.approx(raw, rel=1e-12)
-        assert [u.link for u in links] == list(raw)
-        assert gbps == pytest.approx(busiest, rel=1e-12)
-        per_action = proxy_action_us(geom.cpu_vendor, geom.params)
-        assert load.busiest_proxy_us(proto, geom.cpu_vendor, geom.params) == pytest.approx(actions * per_action)
+        for flush in (False, True):
+            raw, busiest, actions = _per_link(load, proto, geom.params, flush)
+            assert {u.link: u.raw_per_payload for u in links} == pytest.approx(raw, rel=1e-12)
+            assert [u.link for u in links] == list(raw)
+            assert gbps == pytest.approx(busiest, rel=1e-12)
+            per_post = proxy_post_us(geom.cpu_vendor, geom.params)
+            work = load.busiest_proxy_work_us(proto, flush, geom.cpu_vendor, geom.params)
+            assert work == pytest.approx(actions * per_post)
 
 
 plans = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2]),

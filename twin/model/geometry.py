@@ -18,11 +18,9 @@ from functools import cached_property, lru_cache
 from tuner.config import Proto, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.model.netpath import (
-    PROXY_ACTIONS,
     needs_flush,
     net_step_latency_us,
-    proxy_action_us,
-    proxy_overhead_us,
+    proxy_post_us,
     proxy_posts_per_recv,
 )
 from twin.model.protocols import hop_latency_us, store_efficiency
@@ -333,8 +331,8 @@ class _Load:
         classes, copies = self._link_classes()
         self._kinds = classes.kinds
         self._distinct = classes.distinct(copies)
-        self._proxy = {per_recv: classes.busiest_proxy(copies, per_recv)
-                       for per_recv in {0, 1} | {actions - 1 for actions in PROXY_ACTIONS.values()}}
+        per_recv = {proxy_posts_per_recv(proto, flush) for proto in Proto for flush in (False, True)}
+        self._proxy = {n: classes.busiest_proxy(copies, n) for n in per_recv}
 
     def _link_classes(self) -> tuple[_LinkClasses, tuple[int, ...]]:
         """The classes of the load's distinct flow lists, and the copies of each."""
@@ -345,20 +343,11 @@ class _Load:
             classes = self._classes[key] = _LinkClasses.of(tuple(flows for flows, _ in lists))
         return classes, tuple(n for _, n in lists)
 
-    def busiest_proxy_us(self, proto: Proto, cpu_vendor: str, params: TwinParams) -> float:
-        """CPU time the busiest proxy thread spends on one step of every flow.
-
-        One thread per GPU posts every network step that GPU sends, and for Simple also reaps and
-        flushes every step it receives (``netpath.PROXY_ACTIONS``).
-        """
-        return self._busiest_actions(PROXY_ACTIONS[proto] - 1) * proxy_action_us(cpu_vendor, params)
-
     def busiest_proxy_work_us(self, proto: Proto, flush: bool, cpu_vendor: str, params: TwinParams) -> float:
-        """CPU time the busiest proxy thread is busy per step of every flow: a post per step it
-        sends, and a flush per Simple step it receives where the GPU needs one
-        (``netpath.proxy_posts_per_recv``).  Less than ``busiest_proxy_us`` for Simple: the
-        receivers' waits on that path overlap the thread's other connections."""
-        return self._busiest_actions(proxy_posts_per_recv(proto, flush)) * proxy_action_us(cpu_vendor, params)
+        """CPU time the busiest proxy thread is busy per step of every flow: a request per step it
+        sends and per step it receives, and a flush per Simple step it receives where the GPU needs
+        one (``netpath.proxy_posts_per_recv``), each at a post's CPU time (``netpath.proxy_post_us``)."""
+        return self._busiest_actions(proxy_posts_per_recv(proto, flush)) * proxy_post_us(cpu_vendor, params)
 
     def _busiest_actions(self, per_recv: int) -> int:
         """The busiest thread's actions per step when each received step costs ``per_recv``."""
@@ -711,17 +700,18 @@ class CommGeometry:
         (``progressOps`` in ``src/proxy.cc``; ``sendProxyProgress`` loops over the channels'
         sub-operations, ``src/transport/net.cc``), so on a ring's or a chain's network hop, and on
         a point-to-point one, the last channel's step is posted after the busiest thread's other
-        actions of that step: the hop costs its own latency plus those (``queue``).  Only rings,
+        requests of that step: the hop costs its own latency plus their CPU time (``queue``).  Only rings,
         chains and point-to-point queue so: every GPU of them sends to one peer per channel and
         step, where a tree's up and down passes post to different peers in different steps.
         """
         key = (pattern, nchannels, proto)
         if key not in self._shares:
             load = self._load(pattern, nchannels)
-            proxy = load.busiest_proxy_us(proto, self.cpu_vendor, self.params)
-            # The busiest proxy thread posts its flows' steps one after another, so the last
-            # channel's network hop waits for the others' actions on top of its own.
-            queue = max(0.0, proxy - proxy_overhead_us(proto, self.cpu_vendor, self.params))
+            # The busiest proxy thread makes its flows' requests one after another, so the last
+            # channel's network hop waits for the others' posts on top of its own.
+            proxy = load.busiest_proxy_work_us(proto, needs_flush(self.cluster.gpu.sm_version, self.cpu_vendor),
+                                               self.cpu_vendor, self.params)
+            queue = max(0.0, proxy - proxy_post_us(self.cpu_vendor, self.params))
             if pattern in _SAME_ON_EVERY_CHANNEL:
                 flows = self.channel_flows(pattern, 0)
                 step = max((f.latency_us(proto, self.cpu_vendor, self.params) for f in flows), default=0.0)
@@ -732,16 +722,15 @@ class CommGeometry:
                 step = self.path_latency_us(pattern, proto)
             if pattern == "ring":
                 # Every step of a ring crosses the network somewhere at once, so no step ends
-                # before the busiest proxy thread has done its part ("inter-node rings still have
-                # to launch nsteps * net overhead", NCCL tuning.cc).  Pipelines pay the proxy only
+                # before the busiest proxy thread has made its requests for it.  NCCL's own floor,
+                # "inter-node rings still have to launch nsteps * net overhead" (tuning.cc), is
+                # in the network hop's latency (``PROXY_ACTIONS``).  Pipelines pay the proxy only
                 # on their network hops, inside those hops' latency.
                 step = max(step, proxy)
             links, gbps = load.links(proto, self.params)
             # A full pipeline's chunks follow each other no faster than the busiest thread's work
             # per step; the waits on a step's path overlap (``NCCL_STEPS`` in flight).
-            work = load.busiest_proxy_work_us(proto, needs_flush(self.cluster.gpu.sm_version, self.cpu_vendor),
-                                              self.cpu_vendor, self.params)
-            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=work)
+            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=proxy)
         return self._shares[key]
 
     def network_share(self, pattern: str) -> float:

@@ -31,24 +31,27 @@ Component times come from public measurements, not from the nccl-tests files:
 * NIC to NIC, small RDMA write: about 1.1 µs (``ib_write_lat`` of perftest on ConnectX-6 HDR
   back to back, which sends small messages inline, so without the payload read NCCL needs);
   switches and cables come on top, from the fabric description.
-* Proxy per-step CPU cost: NCCL's ``getNetOverhead`` (1 µs on Intel, 2 µs on AMD x86), plus
+* Proxy per-step latency: NCCL's ``getNetOverhead`` (1 µs on Intel, 2 µs on AMD x86), plus
   the wait until the progress loop comes round: an idle loop yields the CPU (``sched_yield``,
   ``src/proxy.cc``) once per pass, a system call of about a µs, so half a pass on average.
 
 Those times are parameters (``TwinParams.net``); the proxy's actions per step are NCCL's.
-A GPU's proxy thread posts the steps of all its channels one after another (``progressOps``,
-``src/proxy.cc``), so where several channels leave through one GPU, the last one's step waits
-for the others' actions too (``CommGeometry.share``): no new constant, ``getNetOverhead`` per
-action.  What bounds a full pipeline is the thread's work, not the waits on one step's path:
-its posts (one send per step, a flush per received Simple step where ``needs_flush``), while
+``getNetOverhead`` is a step's latency in NCCL's cost model ("inter-node rings still have to
+launch nsteps * net overhead", one per step whatever the channels), not the CPU time of a post.
+A GPU's proxy thread makes the requests of all its channels one after another (``progressOps``,
+``src/proxy.cc``), each at a post's CPU time (``net.post_*_us``, about a quarter of a µs with IB
+verbs): where several channels leave through one GPU, the last one's step waits for the others'
+posts (``CommGeometry.share``), and a full pipeline's steps follow each other no faster than
+the thread's work per step: an ``isend`` per step it sends, an ``irecv`` per step it receives,
+and a flush per received Simple step where ``needs_flush`` (``proxy_posts_per_recv``), while
 each step's latency keeps the receiver's completion and flush (``PROXY_ACTIONS``).
 
 Other fabric kinds than InfiniBand (``twin.hardware.FABRIC_KINDS``: RoCE, TCP sockets, Google's
 GPUDirect-TCPX/TCPXO, AWS EFA, HPE Slingshot) change three things, and this module costs them
 all through the same path: the NIC-to-NIC time (``nic_rdma_write_us``: 1.6 µs for RoCE, 6-12 µs
 for TCP offload, EFA's SRD and kernel TCP), the share of line rate (``efficiency``), and the CPU
-time of each network message beyond ``getNetOverhead`` (``message_us``, added to every proxy
-action: a socket's system calls, libfabric's completion queues).  ``TwinParams.on_fabric`` puts a
+time of each network message beyond a verbs post (``message_us``, added to every proxy action
+and post: a socket's system calls, libfabric's completion queues).  ``TwinParams.on_fabric`` puts a
 kind's figures (``TwinParams.fabric``, sourced there) in ``net``'s place for every communicator of
 a cluster of that kind.  A kind without GPUDirect (TCP) routes its bytes through host memory
 (``Cluster.route``), so ``gdr_send``/``gdr_recv`` are false below and the flow crosses both CPUs.
@@ -80,26 +83,33 @@ def needs_flush(sm_version: int, cpu_vendor: str) -> bool:
 
 
 def proxy_posts_per_recv(proto: Proto, flush: bool) -> int:
-    """Network requests a proxy thread posts for each step it receives, beyond the steps it sends.
+    """Network requests a proxy thread makes for each step it receives, as one for each it sends.
 
-    NCCL's model charges one "network post overhead" (``getNetOverhead``, ``src/graph/tuning.cc``)
-    per network step, whatever the protocol's latency; the twin charges it to the thread that
-    sends the step (its ``isend``; the matching receive was posted ahead, up to ``NCCL_STEPS``
-    slots before the data, ``recvProxyProgress`` in ``src/transport/net.cc``).  A Simple step
-    received with a flush costs its receiver one more post, the flush's RDMA read
-    (``ncclIbIflush``, ``src/transport/net_ib/p2p.cc``).  The receiver's wait for the completion
-    and the flush is latency on the step's path (``PROXY_ACTIONS``), not work: the thread serves
-    its other connections meanwhile.
+    ``recvProxyProgress`` (``src/transport/net.cc``) posts one ``irecv`` per step and channel, up
+    to ``NCCL_STEPS`` ahead of the data: with IB verbs the receive work request and the RDMA write
+    of its FIFO slot that tells the sender where to write (``ncclIbIrecv``, ``ncclIbPostFifo``,
+    ``src/transport/net_ib/p2p.cc``), a doorbell like a send's.  It groups the ``irecv`` of
+    sub-operations that share one network connection (``maxRecvs``), which only point-to-point
+    traffic through another GPU's NIC does (``NCCL_NET_SHARED_COMMS``, per channel): a collective's
+    channels each have their own.  A Simple step received with a flush costs one more request,
+    the flush's RDMA read (``ncclIbIflush``).  The receiver's wait for the completion and the
+    flush is latency on the step's path (``PROXY_ACTIONS``), not work: the thread serves its
+    other connections meanwhile.
 
     >>> proxy_posts_per_recv(Proto.SIMPLE, True), proxy_posts_per_recv(Proto.SIMPLE, False)
-    (1, 0)
+    (2, 1)
     """
-    return int(flush and proto is Proto.SIMPLE)
+    return 1 + int(flush and proto is Proto.SIMPLE)
 
 
 def proxy_action_us(cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:
-    """CPU time of one proxy action on this vendor's CPUs."""
+    """Latency one proxy action adds to a step on this vendor's CPUs."""
     return params.net.proxy_action_us(cpu_vendor)
+
+
+def proxy_post_us(cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:
+    """CPU time one network request (``isend``, ``irecv``, ``iflush``) takes its proxy thread."""
+    return params.net.post_us(cpu_vendor)
 
 
 def proxy_overhead_us(proto: Proto, cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:
