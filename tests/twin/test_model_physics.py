@@ -17,7 +17,7 @@ from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
 from twin.model.geometry import CommGeometry
 from twin.model.host import NCCL_TESTS_ITERS
-from twin.model.netpath import net_step_latency_us, proxy_overhead_us
+from twin.model.netpath import net_step_latency_us, proxy_overhead_us, proxy_post_us
 from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
 from twin.model.schedule import (
     Unsupported,
@@ -97,21 +97,27 @@ def test_nvlink_hops_of_a_multinode_ring_do_not_pay_the_network_latency(a100_nod
 def test_every_step_of_a_multinode_ring_waits_for_the_proxy(a100_nodes):
     geom = a100_nodes[2]
     share = geom.share("ring", 16, Proto.SIMPLE)
-    # Each GPU's proxy posts two channels' sends and reaps/flushes two channels' receives per step.
-    assert share.step_us >= 6 * proxy_overhead_us(Proto.SIMPLE, geom.cpu_vendor) / 3
+    # Each GPU's proxy posts two channels' sends, two receives, and flushes those on Ampere per step.
+    assert share.proxy_us == pytest.approx(6 * proxy_post_us(geom.cpu_vendor, geom.params))
+    assert share.step_us >= share.proxy_us
     assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).step_us < share.step_us
 
 
 def test_channels_on_one_proxy_queue_behind_each_other_on_the_network_hop():
     # Two a3-ultra VMs, one GPU each: every channel of the ring leaves through the same GPU's proxy,
-    # which posts one send per channel per step in turn (``progressOps``, ``src/proxy.cc``).
+    # which posts one send and one receive per channel per step in turn (``progressOps``,
+    # ``src/proxy.cc``): each further channel adds two requests at a post's CPU time.
     geom = CommGeometry(load_cluster("gcp-a3-ultra", nodes=2, gpus_per_node=1))
-    action = proxy_overhead_us(Proto.LL, geom.cpu_vendor, geom.params)
+    post = proxy_post_us(geom.cpu_vendor, geom.params)
     one, four = (geom.share("ring", nc, Proto.LL).step_us for nc in (1, 4))
-    assert four == pytest.approx(one + 3 * action)
-    # Simple: each further channel adds its send and its receive's completion and flush.
+    assert four == pytest.approx(one + 6 * post)
+    # Simple on Hopper flushes nothing (``ncclTopoNeedFlush``): the same requests.
     one, four = (geom.share("ring", nc, Proto.SIMPLE).step_us for nc in (1, 4))
-    assert four == pytest.approx(one + 3 * proxy_overhead_us(Proto.SIMPLE, geom.cpu_vendor, geom.params))
+    assert four == pytest.approx(one + 6 * post)
+    # On Ampere each further channel's received Simple step adds its flush too.
+    a100 = CommGeometry(load_cluster("dgx-a100", nodes=2, gpus_per_node=1))
+    one, four = (a100.share("ring", nc, Proto.SIMPLE).step_us for nc in (1, 4))
+    assert four == pytest.approx(one + 9 * proxy_post_us(a100.cpu_vendor, a100.params))
     # On one node nothing queues on a proxy; across 8-GPU nodes only the ring's network hops wait.
     single = CommGeometry(load_cluster("gcp-a3-ultra"))
     assert single.share("ring", 8, Proto.LL).step_us == single.share("ring", 1, Proto.LL).step_us
@@ -495,17 +501,22 @@ def test_rounded_pieces_keep_time_monotone_in_size(proto):
 
 def test_a_proxy_threads_work_per_step_is_its_posts_not_the_waits_on_the_steps_path():
     """A full pipeline's chunks follow each other no faster than the busiest proxy thread posts:
-    one send per step (NCCL's ``getNetOverhead``), plus a flush per received Simple step where the
-    GPU needs one (``ncclTopoNeedFlush``: sm < 90, or Grace over NVLink-C2C).  The receiver's wait
-    for completion and flush is latency on one step's path, which stays in the step's latency."""
+    an ``isend`` per step it sends and an ``irecv`` per step it receives (``recvProxyProgress``),
+    each at a post's CPU time, plus a flush per received Simple step where the GPU needs one
+    (``ncclTopoNeedFlush``: sm < 90, or Grace over NVLink-C2C).  The receiver's wait for completion
+    and flush is latency on one step's path, which stays in the step's latency (NCCL's
+    ``getNetOverhead``, a step's latency in its cost model, not a post's CPU time)."""
     h100 = CommGeometry(load_cluster("dgx-h100", nodes=2))
     action = proxy_overhead_us(Proto.LL, h100.cpu_vendor, h100.params)
-    # 16 NVLS-Tree channels over 8 NICs: each head's thread sends 2 channels' steps; no flush on Hopper.
-    assert h100.share("nvls", 16, Proto.SIMPLE).proxy_us == pytest.approx(2 * action)
+    post = proxy_post_us(h100.cpu_vendor, h100.params)
+    assert post < action
+    # 16 NVLS-Tree channels over 8 NICs: each head's thread sends and receives 2 channels' steps;
+    # no flush on Hopper.
+    assert h100.share("nvls", 16, Proto.SIMPLE).proxy_us == pytest.approx(4 * post)
     assert h100.share("nvls", 16, Proto.SIMPLE).proxy_us == h100.share("nvls", 16, Proto.LL).proxy_us
     a100 = CommGeometry(load_cluster("dgx-a100", nodes=2))
     simple, ll = (a100.share("tree", 16, p).proxy_us for p in (Proto.SIMPLE, Proto.LL))
-    assert simple == pytest.approx(2 * ll)  # every received Simple step is flushed on Ampere
+    assert simple == pytest.approx(1.5 * ll)  # every received Simple step is also flushed on Ampere
     # The step's latency still carries the receiver's completion and flush (NCCL's 3 × netOverhead).
     assert net_step_latency_us(Proto.SIMPLE, fabric_us=1.0, cpu_vendor="intel") > (
         net_step_latency_us(Proto.LL128, fabric_us=1.0, cpu_vendor="intel") + 2 * action)
