@@ -514,6 +514,10 @@ def test_a_proxy_threads_work_per_step_is_its_posts_not_the_waits_on_the_steps_p
     # no flush on Hopper.
     assert h100.share("nvls", 16, Proto.SIMPLE).proxy_us == pytest.approx(4 * post)
     assert h100.share("nvls", 16, Proto.SIMPLE).proxy_us == h100.share("nvls", 16, Proto.LL).proxy_us
+    # Two HGX B300 nodes, 32 channels over 8 NICs: 4 sends and 4 receives per chunk step, 2 µs,
+    # within a 32 KiB chunk's 2.2 µs at its link share.
+    b300 = CommGeometry(load_cluster("hgx-b300", nodes=2))
+    assert b300.share("nvls", 32, Proto.SIMPLE).proxy_us == pytest.approx(8 * proxy_post_us(b300.cpu_vendor))
     a100 = CommGeometry(load_cluster("dgx-a100", nodes=2))
     simple, ll = (a100.share("tree", 16, p).proxy_us for p in (Proto.SIMPLE, Proto.LL))
     assert simple == pytest.approx(1.5 * ll)  # every received Simple step is also flushed on Ampere
