@@ -155,9 +155,9 @@ NVLS_TREE_PROXY = ("two HGX B300 nodes: NVLS-Tree's 32 channels over 8 NICs put 
                    "gives the CPU time a post really takes (≤ 0.75 µs would keep it within 10 %)")
 EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at 4-8 MiB where the twin's Ring LL128 "
             "waits on every one of its 30 steps for the busiest proxy's messages (p5/p5e: 8 of 3.5 µs on AMD hosts, "
-            "64 channels over 16 GPUs; p5en: 4 of 2.5 µs), so time falls 50-65 %; with aws-ofi-nccl, whose tuner "
-            "NCCL loads from the net plugin by default, NCCL runs Tree LL128 up to 30 MiB at 2×8 on p5/p5e and Tree "
-            "up to 12.5 MiB on p5en (nccl_ofi_regions.cpp), which twin/nccl_model does not emulate yet")
+            "64 channels over 16 GPUs; p5en: 4 of 2.5 µs), so time falls 50-65 %; aws-ofi-nccl's tuner, which NCCL "
+            "loads from the net plugin and twin/nccl_model emulates, keeps NCCL's choice on two nodes or fewer "
+            "(nccl_ofi_regions.cpp since v1.15.0: 'the regions are not well defined at two nodes')")
 A100_TREE = ("two DGX A100 80 GB nodes: NCCL's cost model switches Ring → Tree LL128 at 4 MiB where the twin's Ring "
              "LL128 waits on each of its 30 steps for the network hop (4 µs: IB latency and the proxy's per-step "
              "time) while its Tree pipelines them, and the 80 GB's HBM (2,039 against 1,555 GB/s) makes the Tree's "
