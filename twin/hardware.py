@@ -226,6 +226,10 @@ def peak_tflops(gpu: GpuSpec, dtype: str = "bfloat16") -> float:
     return getattr(gpu.peak, _PEAK_FIELD[dtype])
 
 
+TUNER_PLUGINS = ("none", "aws-ofi-nccl")
+"""Tuner plugins the twin's NCCL model emulates: ``none`` is NCCL's own choice."""
+
+
 @dataclass(frozen=True)
 class FabricKind:
     """What a cluster's NICs speak and how NCCL drives them: the structural facts of a fabric kind.
@@ -253,6 +257,10 @@ class FabricKind:
     ``latencyInter``, which the cost model adds to every network step, twice for Simple
     (``src/graph/tuning.cc``).  It steers NCCL's choice of algorithm and protocol, not the time a
     step takes (that is ``TwinParams.fabric``)."""
+    tuner_plugin: str = "none"
+    """The tuner NCCL ≥ 2.21.5 loads from the kind's net plugin by default (``TUNER_PLUGINS``;
+    ``src/misc/tuner.cc``): ``aws-ofi-nccl`` on the libfabric kinds, whose tuner acts only on the
+    AWS instances it knows (``twin.nccl_model.ofi_tuner``)."""
     times: str = ""
     """The kind whose times and line-rate share (``TwinParams.fabric``) this one shares; empty: its
     own (a kind that differs from another only in how NCCL may drive it)."""
@@ -304,14 +312,16 @@ _FABRIC_KINDS = (
                sources=("AWS, 'Elastic Fabric Adapter' (EC2 user guide): OS bypass, SRD, GPUDirect RDMA on p4d/p5",
                         "aws/aws-ofi-nccl: the libfabric net plugin, RDMA protocol striping over the EFA rails",
                         *_AWS_OFI),
-               reported_latency_us=_AWS_OFI_LATENCY_US),
+               reported_latency_us=_AWS_OFI_LATENCY_US, tuner_plugin="aws-ofi-nccl"),
     FabricKind("efa-v1", "AWS Elastic Fabric Adapter v1 (SRD, libfabric; p4d, p4de)", "aws-ofi-nccl plugin", True,
                (("NCCL_PROTO", "Simple"),),
                ("AWS, 'Elastic Fabric Adapter' (EC2 user guide): first-generation EFA on p4d/p4de, 4x 100 Gb/s",
-                *_AWS_OFI), reported_latency_us=_AWS_OFI_LATENCY_US, times="efa"),
+                *_AWS_OFI), reported_latency_us=_AWS_OFI_LATENCY_US, times="efa",
+               tuner_plugin="aws-ofi-nccl"),
     FabricKind("slingshot", "HPE Slingshot-11 (Cassini NIC, libfabric cxi)", "aws-ofi-nccl plugin (cxi)", True,
                sources=("HPE Slingshot-11: Cassini 200 Gb/s NIC, Rosetta 64-port switch",
-                        "NERSC/CSCS docs: NCCL on Slingshot through aws-ofi-nccl with the cxi provider")),
+                        "NERSC/CSCS docs: NCCL on Slingshot through aws-ofi-nccl with the cxi provider"),
+               tuner_plugin="aws-ofi-nccl"),
 )
 FABRIC_KINDS: dict[str, FabricKind] = {k.name: k for k in _FABRIC_KINDS}
 """Every known fabric kind by name; ``infiniband`` is the default."""

@@ -152,9 +152,9 @@ PAIRS = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches: NCCL's t
 EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at 4-8 MiB where the twin's Ring LL128 "
             "waits on every one of its 30 steps for the busiest proxy's requests (p5/p5e: 8 isends and 8 irecvs of "
             "1.75 µs on AMD hosts, 64 channels over 16 GPUs; p5en: 4 and 4 of 1.5 µs), so time falls 50-65 %; "
-            "with aws-ofi-nccl, whose tuner NCCL loads from the net plugin by default, NCCL runs Tree LL128 up to "
-            "30 MiB at 2×8 on p5/p5e and Tree up to 12.5 MiB on p5en (nccl_ofi_regions.cpp), which twin/nccl_model "
-            "does not emulate yet")
+            "aws-ofi-nccl's tuner, which NCCL loads from the net plugin and twin/nccl_model emulates, keeps NCCL's "
+            "choice on two nodes or fewer (nccl_ofi_regions.cpp since v1.15.0: 'the regions are not well defined "
+            "at two nodes')")
 KNOWN_MISSES = {
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
     **{(f"{p}:4", Op.ALLREDUCE): PAIRS for p in ("h100-nvl", "h100-pcie")},

@@ -614,10 +614,41 @@ class CommGeometry:
         return (flows[start:] + flows[:start])[:-1] or flows
 
     def nvls_flows(self, channel: int) -> list[Flow]:
-        """Every GPU to and from its NVSwitch (multicast stores and in-switch reductions)."""
+        """Every GPU to and from its NVSwitch (multicast stores and in-switch reductions), and
+        across nodes NVLS-Tree's tree between the nodes' heads (``nvls_tree_flows``)."""
         flows = list(self._switch_flows)
         if self.nnodes > 1:
-            flows += self.tree_flows(channel)[2 * self.nnodes * (self.ppn - 1):]
+            flows += self.nvls_tree_flows(channel)
+        return flows
+
+    def nvls_tree_flows(self, channel: int) -> list[Flow]:
+        """NVLS-Tree between nodes: NCCL splits every channel's loop over the node's NVLS heads
+        (one per GPU with a NIC of its own: the NVLS graph's channels), and head ``h`` sends its
+        part to head ``h`` of its parent node and back, from its own NIC (``connectNvls``,
+        ``src/graph/connect.cc``; ``getNvlsNetDev``, ``src/graph/search.cc`` @ v2.28.9-1), on
+        the double binary tree (odd channels the mirrored one).  A channel's flows each carry
+        its whole payload here, so channel ``c`` crosses at head ``c mod heads``, from that
+        head's local NICs in turn: over the channels every head carries its share on its own
+        rails, as aws-ofi-nccl stripes a head's messages over a p5 GPU's four EFA rails.
+
+        >>> from twin.topology import load_cluster
+        >>> geom = CommGeometry(load_cluster("aws-p5", nodes=2))
+        >>> [(f.src, next(h.src for h in f.hops if h.kind == "net")) for c in (0, 3, 11)
+        ...  for f in geom.nvls_tree_flows(c)[:1]]
+        [('n1/gpu0', 'n1/nic0'), ('n0/gpu3', 'n0/nic12'), ('n0/gpu3', 'n0/nic13')]
+        """
+        heads = [self._hosts[n][channel % self.ppn] for n in range(self.nnodes)]
+
+        def nic(gpu: str) -> str:
+            rails = self.cluster.local_nics(gpu)
+            return rails[channel // self.ppn % len(rails)]
+
+        order = heads[::-1] if channel % 2 else heads
+        flows = []
+        for i in range(1, len(order)):
+            parent, child = order[(i - 1) // 2], order[i]
+            flows += [self._flow(child, parent, (nic(child), nic(parent))),
+                      self._flow(parent, child, (nic(parent), nic(child)))]
         return flows
 
     @cached_property

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from tuner.knobs import DEFAULT_NCCL_VERSION
+from twin.hardware import TUNER_PLUGINS
 from twin.nccl_model.constants import MAX_NVLS_ARITY, MAXCHANNELS, release
 from twin.nccl_model.envparse import parse_algo_env, parse_proto_env
 
@@ -98,6 +99,12 @@ class NcclCommInfo:
     collnet_heads: int = 1
     p2p_channels_per_peer: int | None = None
     """``comm->p2pnChannelsPerPeer``; None: derived as documented in :mod:`select`."""
+    tuner: str = "none"
+    """The tuner plugin NCCL loads (``twin.hardware.TUNER_PLUGINS``): ``none`` (NCCL's own
+    choice) or ``aws-ofi-nccl`` (the EFA net plugin's, :mod:`twin.nccl_model.ofi_tuner`)."""
+    instance: str | None = None
+    """The EC2 product name the aws-ofi-nccl tuner reads (``p5.48xlarge``); None: unknown, so the
+    plugin keeps NCCL's choice."""
 
     def __post_init__(self) -> None:
         if self.nranks < 1 or self.nnodes < 1 or self.nnodes > self.nranks:
@@ -110,6 +117,8 @@ class NcclCommInfo:
         if min(self.bw_intra, self.bw_inter, self.tree_bw_intra, self.tree_bw_inter) < 0:
             raise ValueError("graph bandwidths must be ≥ 0")
         release(self.nccl_version)
+        if self.tuner not in TUNER_PLUGINS:
+            raise ValueError(f"unknown tuner plugin {self.tuner!r}; expected one of {', '.join(TUNER_PLUGINS)}")
         PathType.parse(self.inter_path)
         if self.intra_path is not None:
             PathType.parse(self.intra_path)

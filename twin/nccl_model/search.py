@@ -98,6 +98,7 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
         algo_env=env.get("NCCL_ALGO"), proto_env=env.get("NCCL_PROTO"),
         buffsize=int(env.get("NCCL_BUFFSIZE", 4 << 20)),
         latency_inter=cluster.fabric.reported_latency_us if inter else 0.0,
+        tuner=cluster.nccl_tuner[0], instance=cluster.nccl_tuner[1],
     )
 
 

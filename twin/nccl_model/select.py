@@ -44,6 +44,7 @@ from twin.nccl_model.constants import (
 )
 from twin.nccl_model.cost_table import cost_table, implemented, model_entry
 from twin.nccl_model.inputs import NcclCommInfo
+from twin.nccl_model.ofi_tuner import FIRST_NCCL, PLATFORMS, V3_NCCL, region_pair
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32")
     if op in POINT_TO_POINT:
         return _p2p_choice(info, op, nbytes)
     table = cost_table(info, op, nbytes, dtype=dtype)
-    best = cheapest(table)
+    best = plugin_pair(info, op, nbytes, table) or cheapest(table)
     if best is None:
         envs = (("NCCL_ALGO", info.algo_env), ("NCCL_PROTO", info.proto_env))
         env = "".join(f" {k}={v}" for k, v in envs if v)
@@ -79,7 +80,24 @@ def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32")
     nc, nt = algo_info(info, op, algo, proto, nbytes)
     used = channels_used(info, op, algo, proto, nbytes, nc)
     chunk = _chunk_for(info, op, algo, proto, nbytes, nc, used)
-    return NcclChoice(algo, proto, nc, nt, chunk, table[best], used)
+    return NcclChoice(algo, proto, nc, nt, chunk, table.get(best, -1.0), used)
+
+
+def plugin_pair(info: NcclCommInfo, op: Op, nbytes: int,
+                table: dict[tuple[Algo, Proto], float]) -> tuple[Algo, Proto] | None:
+    """The (algorithm, protocol) the communicator's tuner plugin makes NCCL run, or None where
+    NCCL keeps its own choice (no plugin, an NCCL that loads none by default, or the plugin
+    declines: :mod:`twin.nccl_model.ofi_tuner`)."""
+    platform = PLATFORMS.get(info.instance or "")
+    if info.tuner != "aws-ofi-nccl" or platform is None or info.nccl_version < FIRST_NCCL:
+        return None
+    if info.nccl_version >= V3_NCCL:  # v3: a region whose cost-table entry NCCL ignores is passed over
+        return region_pair(platform, op, nbytes, info.nranks, info.nnodes, lambda a, p: table.get((a, p), -1.0) >= 0)
+    if info.algo_env or info.proto_env:  # v2 declines under NCCL_ALGO / NCCL_PROTO
+        return None
+    have = tuner_constants(info.nccl_version).facts.algorithms
+    return region_pair(platform, op, nbytes, info.nranks, info.nnodes, lambda a, p: a.value in have
+                       and a is not Algo.PAT and (a is not Algo.NVLS_TREE or info.nvls_support))
 
 
 def cheapest(table: dict[tuple[Algo, Proto], float]) -> tuple[Algo, Proto] | None:

@@ -2,7 +2,8 @@
 
 Two DGX H100 nodes become 2 × (8 GPUs, 1 NVSwitch, 8 PCIe switches, 2 CPUs, 8 NICs) plus
 8 leaves (one per rail) and the spines above them.  Every NIC carries its fabric kind
-(``fabric``: ``infiniband`` unless the description says otherwise).  Leaf–spine links are bundles sized
+(``fabric``: ``infiniband`` unless the description says otherwise) and, where the description names
+them, NCCL's tuner plugin and the instance type it reads (``tuner``, ``instance``).  Leaf–spine links are bundles sized
 so that each leaf's uplink matches its downlink divided by the oversubscription.
 """
 
@@ -25,9 +26,12 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
 
 def build_graph(spec: ClusterSpec) -> nx.Graph:
     graph = nx.Graph()
-    kind = spec.fabric.kind if spec.fabric is not None else DEFAULT_FABRIC_KIND
+    fabric = spec.fabric
+    nic = {"fabric": fabric.kind if fabric is not None else DEFAULT_FABRIC_KIND}
+    if fabric is not None:
+        nic.update({k: v for k, v in (("tuner", fabric.tuner), ("instance", fabric.instance)) if v is not None})
     for host in range(spec.nodes):
-        _add_node(graph, spec.node, host, kind)
+        _add_node(graph, spec.node, host, nic)
     if spec.fabric is not None and spec.node.nics:
         _add_fabric(graph, spec)
     for edge in spec.extra_edges:
@@ -38,7 +42,7 @@ def build_graph(spec: ClusterSpec) -> nx.Graph:
     return graph
 
 
-def _add_node(graph: nx.Graph, node: NodeSpec, host: int, fabric: str) -> None:
+def _add_node(graph: nx.Graph, node: NodeSpec, host: int, nic: dict[str, str]) -> None:
     spec = gpu_spec(node.gpu)
     lat = node.latency_us
     prefix = f"n{host}/"
@@ -55,7 +59,7 @@ def _add_node(graph: nx.Graph, node: NodeSpec, host: int, fabric: str) -> None:
     for i in range(node.gpus):
         graph.add_node(f"{prefix}gpu{i}", kind=GPU, host=host, local=i, model=spec.model)
     for k, gbps in enumerate(node.nic_gbps):
-        graph.add_node(f"{prefix}nic{k}", kind=NIC, host=host, local=k, gbps=gbps, fabric=fabric)
+        graph.add_node(f"{prefix}nic{k}", kind=NIC, host=host, local=k, gbps=gbps, **nic)
 
     def attach(parent: str, group: PcieGroup) -> None:
         for i in group.gpus:

@@ -150,6 +150,14 @@ class Cluster:
                            else DEFAULT_FABRIC_KIND)
 
     @property
+    def nccl_tuner(self) -> tuple[str, str | None]:
+        """The tuner plugin NCCL runs with (``twin.hardware.TUNER_PLUGINS``) and the instance type
+        it reads: the fabric's ``tuner``/``instance``, else what the kind's net plugin brings."""
+        nics = self._by_kind.get(NIC, [])
+        data = self.graph.nodes[nics[0]] if nics else {}
+        return data.get("tuner", self.fabric.tuner_plugin), data.get("instance")
+
+    @property
     def cpu_vendor(self) -> str:
         """The CPU vendor of the first socket (``unknown`` when not described)."""
         cpus = self._by_kind.get(CPU, [])

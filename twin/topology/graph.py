@@ -12,7 +12,7 @@ from collections import Counter
 
 import networkx as nx
 
-from twin.hardware import DEFAULT_FABRIC_KIND, FABRIC_KINDS, TopologyError, gpu_spec
+from twin.hardware import DEFAULT_FABRIC_KIND, FABRIC_KINDS, TUNER_PLUGINS, TopologyError, gpu_spec
 
 GPU, NVSWITCH, PCIE_SWITCH, CPU, NIC, SWITCH = "gpu", "nvswitch", "pcie_switch", "cpu", "nic", "switch"
 NODE_KINDS = (GPU, NVSWITCH, PCIE_SWITCH, CPU, NIC, SWITCH)
@@ -61,6 +61,8 @@ def _check_node(node: str, data: dict) -> None:
     if kind == NIC and data.get("fabric", DEFAULT_FABRIC_KIND) not in FABRIC_KINDS:
         raise TopologyError(f"NIC {node}: unknown fabric kind {data['fabric']!r} "
                             f"(known: {', '.join(FABRIC_KINDS)})")
+    if kind == NIC and data.get("tuner", TUNER_PLUGINS[0]) not in TUNER_PLUGINS:
+        raise TopologyError(f"NIC {node}: unknown tuner plugin {data['tuner']!r} (known: {', '.join(TUNER_PLUGINS)})")
 
 
 def _check_edge(a: str, b: str, data: dict) -> None:

@@ -13,7 +13,15 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from twin.hardware import CPU_VENDORS, DEFAULT_FABRIC_KIND, FABRIC_KINDS, TopologyError, gpu_spec, socket_link_gbps
+from twin.hardware import (
+    CPU_VENDORS,
+    DEFAULT_FABRIC_KIND,
+    FABRIC_KINDS,
+    TUNER_PLUGINS,
+    TopologyError,
+    gpu_spec,
+    socket_link_gbps,
+)
 from twin.host_cpu import host_cpu
 
 MAX_GPUS = 131_072
@@ -101,6 +109,11 @@ class FabricSpec:
     kind: str = DEFAULT_FABRIC_KIND
     """What the NICs speak: a ``twin.hardware.FABRIC_KINDS`` name (``infiniband``, ``roce``, ``tcp``,
     ``gpudirect-tcpx``, ``gpudirect-tcpxo``, ``efa``, ``slingshot``)."""
+    tuner: str | None = None
+    """The tuner plugin NCCL runs with (``twin.hardware.TUNER_PLUGINS``); None: the one NCCL loads
+    from the kind's net plugin (``aws-ofi-nccl`` on EFA), ``none``: NCCL's own choice."""
+    instance: str | None = None
+    """The instance type the tuner plugin keys its tables on (the EC2 product name, ``p5.48xlarge``)."""
 
 
 @dataclass(frozen=True)
@@ -413,8 +426,11 @@ def _parse_fabric(sec: _Section, node: NodeSpec) -> FabricSpec:
                         leaves_per_rail=sec.int("leaves_per_rail", None, low=1, high=MAX_GPUS),
                         oversubscription=sec.number("oversubscription", 1.0, positive=True),
                         lat_us=sec.number("lat_us", DEFAULT_NET_LATENCY_US),
-                        sharp=sec.flag("sharp"), kind=sec.str("kind", DEFAULT_FABRIC_KIND))
+                        sharp=sec.flag("sharp"), kind=sec.str("kind", DEFAULT_FABRIC_KIND),
+                        tuner=sec.str("tuner", None), instance=sec.str("instance", None))
     sec.done()
+    if fabric.tuner is not None and fabric.tuner not in TUNER_PLUGINS:
+        raise sec.error(f"unknown tuner plugin {fabric.tuner!r} (known: {', '.join(TUNER_PLUGINS)})", "tuner")
     if fabric.kind not in FABRIC_KINDS:
         raise sec.error(f"unknown fabric kind {fabric.kind!r} (known: {', '.join(FABRIC_KINDS)})", "kind")
     if fabric.sharp and fabric.kind != "infiniband":

@@ -54,6 +54,7 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
         "socket_link_gbps": edge_bw(CPU_LINK, local_kind(CPU)),
         "nics_per_node": cluster.nics_per_node,
         "fabric_kind": cluster.fabric.name,
+        "nccl_tuner": {"plugin": cluster.nccl_tuner[0], "instance": cluster.nccl_tuner[1]},
         "nic_gbps": [graph.nodes[n]["gbps"] for n in cluster.nics(host)],
         "gpu_nic_affinity": {_local(g): _local(cluster.nic_of(g)) for g in cluster.gpus()
                              if cluster.host_of(g) == host} if cluster.nics_per_node else {},
@@ -68,6 +69,14 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
 
 def _local(node: str) -> str:
     return node.split("/", 1)[1]
+
+
+def _tuner_line(tuner: dict[str, Any]) -> str:
+    """``aws-ofi-nccl (instance p5.48xlarge)``, or ``none (NCCL's own choice)``."""
+    if tuner["plugin"] == "none":
+        return "none (NCCL's own choice)"
+    instance = tuner["instance"] or "not given: the plugin keeps NCCL's choice"
+    return f"{tuner['plugin']} (instance {instance})"
 
 
 def _kind_line(name: str) -> str:
@@ -144,6 +153,7 @@ def format_summary(facts: dict[str, Any]) -> str:
         f"  NICs       {facts['nics_per_node']} per node"
         + (f" at {'/'.join(f'{r:g}' for r in rates)} Gb/s" if rates else ""),
         f"  NIC kind   {_kind_line(facts['fabric_kind'])}",
+        f"  tuner      {_tuner_line(facts['nccl_tuner'])}",
         f"  GPU→NIC    {affinity}",
         "  fabric     " + (f"{fabric['leaves']} leaves, {fabric['spines']} spines, "
                            f"{fabric['link_gbps']:g} Gb/s links" if fabric else "none"),
