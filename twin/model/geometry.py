@@ -17,6 +17,7 @@ from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
+from twin.model import dtree
 from twin.model.netpath import (
     PROXY_ACTIONS,
     needs_flush,
@@ -600,8 +601,8 @@ class CommGeometry:
         return (sum(graph.nodes[h.dst]["kind"] == "cpu" for h in hops), -min(h.bw for h in hops), len(hops))
 
     def tree_flows(self, channel: int) -> list[Flow]:
-        """Chain inside each node to its head (``tree_chain``), binary tree between node heads,
-        both directions."""
+        """Chain inside each node to its head (``tree_chain``), NCCL's double binary tree between
+        node heads, both directions."""
         flows = []
         heads = []
         for h in range(self.nnodes):
@@ -609,11 +610,14 @@ class CommGeometry:
             heads.append(chain[0])
             for a, b in zip(chain[1:], chain[:-1], strict=True):
                 flows += [self.flow(a, b), self.flow(b, a)]
-        mirror = channel % 2  # NCCL's double binary tree: odd channels use the mirrored tree
-        order = heads[::-1] if mirror else heads
-        for i in range(1, len(order)):
-            parent, child = order[(i - 1) // 2], order[i]
-            flows += [self.flow(child, parent, channel), self.flow(parent, child, channel)]
+        # NCCL's double binary tree (``twin.model.dtree``): search channel c takes the first tree, its
+        # copy c + nChannels the second; the search gives each NIC one channel (``nic``), so the
+        # copies start once every NIC has one.
+        tree = (channel // len(self._nics[0])) % 2 if self._nics else 0
+        for node, head in enumerate(heads):
+            up = dtree.parent(len(heads), node, tree)
+            if up >= 0:
+                flows += [self.flow(head, heads[up], channel), self.flow(heads[up], head, channel)]
         return flows
 
     def chain_flows(self, channel: int) -> list[Flow]:
