@@ -7,8 +7,11 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
+from traces.task import Op
+from tuner.config import Algo, Config, Proto, Transport
 from twin.model import dtree
 from twin.model.geometry import CommGeometry
+from twin.placement import Communicator
 from twin.topology import load_cluster
 
 
@@ -55,3 +58,18 @@ def test_copies_of_a_search_channel_take_the_other_tree():
     for nic in range(4):
         out = heads_up[nic] + heads_up[nic + 4]
         assert max(out.values()) == 4
+
+
+def test_a_node_heads_network_children_slow_its_tree_cta():
+    """Tree LL128 on 4 ABCI-A nodes: a middle head reduces its chain child's and two network
+    children's data and broadcasts to them, so its channel copies slower than on one node or on
+    two (where only the root has a network child)."""
+    def cap(nodes: int) -> float:
+        comm = Communicator.first(load_cluster("abci-a", nodes=nodes), nccl_version=(2, 8, 4))
+        task = comm.task(Op.ALLREDUCE, 32 << 20)
+        config = Config(Algo.TREE, Proto.LL128, Transport.P2P, 8, 640, 576000)
+        return float(comm.schedule(task, config).cap_gbps)
+
+    one, two, four = cap(1), cap(2), cap(4)
+    assert four < two < one
+    assert dtree.inner_children(4) == 2 and dtree.inner_children(2) == 0

@@ -12,8 +12,8 @@ the first tree and its copy ``c + nChannels`` the second, so the two trees share
 [-1, 2, 4, 2, 0, 6, 4, 6]
 >>> [parent(8, node, 1) for node in range(8)]
 [1, 3, 1, 7, 5, 3, 5, -1]
->>> [max_children(n) for n in (1, 2, 3, 4, 16)]
-[0, 1, 1, 2, 2]
+>>> [inner_children(n) for n in (1, 2, 3, 4, 16)]
+[0, 0, 1, 2, 2]
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def parent(nnodes: int, node: int, tree: int) -> int:
     return -1 if up < 0 else nnodes - 1 - up
 
 
-def max_children(nnodes: int) -> int:
-    """The most children any node has in either tree (at most 2)."""
-    return max((len(btree(nnodes, node)[1]) for node in range(nnodes)), default=0)
+def inner_children(nnodes: int) -> int:
+    """The most children a node other than the root has, in either tree (at most 2; the root of
+    either tree has one child)."""
+    return max((len(btree(nnodes, node)[1]) for node in range(1, nnodes)), default=0)
