@@ -600,9 +600,9 @@ class CommGeometry:
         graph = self.cluster.graph
         return (sum(graph.nodes[h.dst]["kind"] == "cpu" for h in hops), -min(h.bw for h in hops), len(hops))
 
-    def tree_flows(self, channel: int) -> list[Flow]:
+    def tree_flows(self, channel: int, tree: int | None = None) -> list[Flow]:
         """Chain inside each node to its head (``tree_chain``), NCCL's double binary tree between
-        node heads, both directions."""
+        node heads, both directions; ``tree`` (0 or 1) as given, else the one a Tree channel takes."""
         flows = []
         heads = []
         for h in range(self.nnodes):
@@ -613,7 +613,8 @@ class CommGeometry:
         # NCCL's double binary tree (``twin.model.dtree``): search channel c takes the first tree, its
         # copy c + nChannels the second; the search gives each NIC one channel (``nic``), so the
         # copies start once every NIC has one.
-        tree = (channel // len(self._nics[0])) % 2 if self._nics else 0
+        if tree is None:
+            tree = (channel // len(self._nics[0])) % 2 if self._nics else 0
         for node, head in enumerate(heads):
             up = dtree.parent(len(heads), node, tree)
             if up >= 0:
@@ -632,7 +633,8 @@ class CommGeometry:
         """Every GPU to and from its NVSwitch (multicast stores and in-switch reductions)."""
         flows = list(self._switch_flows)
         if self.nnodes > 1:
-            flows += self.tree_flows(channel)[2 * self.nnodes * (self.ppn - 1):]
+            # NVLS channels take the trees in turn (``connectNvls``: ``treeUp[c % 2]``).
+            flows += self.tree_flows(channel, channel % 2)[2 * self.nnodes * (self.ppn - 1):]
         return flows
 
     @cached_property
