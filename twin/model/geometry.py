@@ -17,6 +17,7 @@ from functools import cached_property, lru_cache
 
 from tuner.config import Proto, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
+from twin.model import dtree
 from twin.model.netpath import (
     needs_flush,
     net_step_latency_us,
@@ -588,9 +589,9 @@ class CommGeometry:
         graph = self.cluster.graph
         return (sum(graph.nodes[h.dst]["kind"] == "cpu" for h in hops), -min(h.bw for h in hops), len(hops))
 
-    def tree_flows(self, channel: int) -> list[Flow]:
-        """Chain inside each node to its head (``tree_chain``), binary tree between node heads,
-        both directions."""
+    def tree_flows(self, channel: int, tree: int | None = None) -> list[Flow]:
+        """Chain inside each node to its head (``tree_chain``), NCCL's double binary tree between
+        node heads, both directions; ``tree`` (0 or 1) as given, else the one a Tree channel takes."""
         flows = []
         heads = []
         for h in range(self.nnodes):
@@ -598,11 +599,15 @@ class CommGeometry:
             heads.append(chain[0])
             for a, b in zip(chain[1:], chain[:-1], strict=True):
                 flows += [self.flow(a, b), self.flow(b, a)]
-        mirror = channel % 2  # NCCL's double binary tree: odd channels use the mirrored tree
-        order = heads[::-1] if mirror else heads
-        for i in range(1, len(order)):
-            parent, child = order[(i - 1) // 2], order[i]
-            flows += [self.flow(child, parent, channel), self.flow(parent, child, channel)]
+        # NCCL's double binary tree (``twin.model.dtree``): search channel c takes the first tree, its
+        # copy c + nChannels the second; the search gives each NIC one channel (``nic``), so the
+        # copies start once every NIC has one.
+        if tree is None:
+            tree = (channel // len(self._nics[0])) % 2 if self._nics else 0
+        for node, head in enumerate(heads):
+            up = dtree.parent(len(heads), node, tree)
+            if up >= 0:
+                flows += [self.flow(head, heads[up], channel), self.flow(heads[up], head, channel)]
         return flows
 
     def chain_flows(self, channel: int) -> list[Flow]:
@@ -626,7 +631,8 @@ class CommGeometry:
         (one per GPU with a NIC of its own: the NVLS graph's channels), and head ``h`` sends its
         part to head ``h`` of its parent node and back, from its own NIC (``connectNvls``,
         ``src/graph/connect.cc``; ``getNvlsNetDev``, ``src/graph/search.cc`` @ v2.28.9-1), on
-        the double binary tree (odd channels the mirrored one).  A channel's flows each carry
+        NCCL's double binary tree, channel ``c`` on tree ``c % 2`` (``twin.model.dtree``).  A
+        channel's flows each carry
         its whole payload here, so channel ``c`` crosses at head ``c mod heads``, from that
         head's local NICs in turn: over the channels every head carries its share on its own
         rails, as aws-ofi-nccl stripes a head's messages over a p5 GPU's four EFA rails.
@@ -643,12 +649,13 @@ class CommGeometry:
             rails = self.cluster.local_nics(gpu)
             return rails[channel // self.ppn % len(rails)]
 
-        order = heads[::-1] if channel % 2 else heads
         flows = []
-        for i in range(1, len(order)):
-            parent, child = order[(i - 1) // 2], order[i]
-            flows += [self._flow(child, parent, (nic(child), nic(parent))),
-                      self._flow(parent, child, (nic(parent), nic(child)))]
+        for node, child in enumerate(heads):
+            up = dtree.parent(len(heads), node, channel % 2)
+            if up >= 0:
+                parent = heads[up]
+                flows += [self._flow(child, parent, (nic(child), nic(parent))),
+                          self._flow(parent, child, (nic(parent), nic(child)))]
         return flows
 
     @cached_property

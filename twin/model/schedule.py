@@ -28,6 +28,7 @@ from traces.errors import CcltwinError
 from traces.task import Op
 from tuner.config import Algo, Config, Proto
 from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, layout_problem
+from twin.model import dtree
 from twin.model.geometry import CommGeometry, LinkUse, LinkUses
 from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
 from twin.model.protocols import cta_copy_gbps
@@ -319,7 +320,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         return shaped("pipeline", "chain", n - 1, 1)  # Broadcast, Reduce
     if algo is Algo.TREE:
         depth = (geom.ppn - 1) + math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else geom.ppn - 1
-        cap = (tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct, params=params)
+        cap = (tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct, params=params,
+                             **_tree_net_children(geom))
                if op is Op.ALLREDUCE else copy)
         return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap)
     if algo is Algo.PAT:
@@ -374,14 +376,36 @@ def tree_split(proto: Proto, nthreads):
     return up, nthreads - up
 
 
+def _tree_net_children(geom: CommGeometry) -> dict[str, int]:
+    """The network children of the busiest node heads of a Tree channel (``tree_cta_gbps``): a
+    middle head's (``dtree.inner_children``) and the root's (one, ``ncclGetBtree``); none where a
+    node has one GPU (no chain: the tree is all network)."""
+    if geom.nnodes == 1 or geom.ppn == 1:
+        return {}
+    return {"net_children": dtree.inner_children(geom.nnodes), "root_net_children": 1}
+
+
 def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: bool, *,
-                  params: TwinParams = DEFAULT_PARAMS):
+                  params: TwinParams = DEFAULT_PARAMS, net_children: int = 0, root_net_children: int = 0):
     """Payload rate of a tree AllReduce channel: the slowest thread group on the chain.
 
     A middle rank's reduce group receives, reduces and sends up (3 operations per byte) while its
     broadcast group receives and sends down (3, or 2 direct); a leaf's groups send (2) and
     receive (2, or nothing direct); with two ranks the root's whole CTA receives, reduces, keeps
-    and sends back (4).
+    and sends back (4).  Across nodes a node's head also has the ``net_children`` other nodes
+    below it in the double binary tree (``dtree.inner_children``): its reduce group loads each
+    child's data in the same pass (``recvReduceSend`` from up to ``NCCL_MAX_TREE_ARITY`` = 3
+    peers, ``src/collectives/device/all_reduce.h`` @ v2.8.4-1, ``src/device/all_reduce.h`` @
+    v2.28.9-1) and its broadcast group stores to each of them, one operation per byte more each.
+    The root's head (``root_net_children`` network children and its chain child) runs one
+    ``recvReduceCopySend`` on all its threads: every child's data loaded, its own, the result
+    stored and sent to every child.
+
+    >>> from tuner.config import Proto
+    >>> [round(float(tree_cta_gbps(1555.0, Proto.LL128, 640, 64, False, net_children=k)), 2) for k in (0, 2)]
+    [4.56, 2.74]
+    >>> round(float(tree_cta_gbps(1555.0, Proto.LL128, 640, 64, False, root_net_children=1)), 2)
+    3.34
     """
     up, down = tree_split(proto, nthreads)
 
@@ -391,7 +415,11 @@ def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: 
     if nranks <= 2:
         both = np.minimum(rate(nthreads, 4.0), rate(up, 2.0))
         return both if direct else np.minimum(both, rate(down, 2.0))
-    return np.minimum(rate(up, 3.0), rate(down, 2.0 if direct else 3.0))
+    middle = np.minimum(rate(up, 3.0 + net_children), rate(down, (2.0 if direct else 3.0) + net_children))
+    if not root_net_children:
+        return middle
+    children = root_net_children + 1  # its network children and its chain child
+    return np.minimum(middle, rate(nthreads, 2.0 * children + 2.0))
 
 
 @dataclass(frozen=True)
