@@ -94,12 +94,26 @@ def test_nvlink_hops_of_a_multinode_ring_do_not_pay_the_network_latency(a100_nod
     assert geom.path_latency_us("ring", Proto.LL) < net / 2
 
 
-def test_every_step_of_a_multinode_ring_waits_for_the_proxy(a100_nodes):
+def test_a_multinode_ring_is_paced_by_its_busiest_proxys_posts_not_its_latency_plus_them(a100_nodes):
+    """Each GPU's proxy thread posts two channels' network sends a step (16 channels over 8 NICs a
+    node) at ``getNetOverhead`` each: 30 steps of a 2×8 ring take at least 60 posts, one after
+    another, while the steps' own wait stays the ring's mean hop (a step depends on the step before
+    it one rank back, so the network hops' latency is spread over the ring)."""
     geom = a100_nodes[2]
-    share = geom.share("ring", 16, Proto.SIMPLE)
-    # Each GPU's proxy posts two channels' sends and reaps/flushes two channels' receives per step.
-    assert share.step_us >= 6 * proxy_overhead_us(Proto.SIMPLE, geom.cpu_vendor) / 3
-    assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).step_us < share.step_us
+    action = proxy_overhead_us(Proto.LL128, geom.cpu_vendor, geom.params)
+    share = geom.share("ring", 16, Proto.LL128)
+    assert share.proxy_us == pytest.approx(2 * action)
+    assert share.step_us < share.proxy_us
+    s = schedule_for(geom, Op.ALLREDUCE, 4 * MIB, Algo.RING, Proto.LL128, 16, 640, 576000)
+    posts = s.n_steps * share.proxy_us
+    assert float(s.steps_time_us(s.gbps)) > posts + share.proxy_lag_us
+    # The grain a step's data waits for is on the ring's path, not on the thread's: not added per step.
+    assert float(s.steps_time_us(s.gbps)) < s.n_steps * (share.proxy_us + s.unit_bytes / (s.gbps * 1e3))
+    # A Simple step goes out in two slices, each posted (and flushed on arrival, sm_80) on its own.
+    simple = schedule_for(geom, Op.ALLREDUCE, 64 * MIB, Algo.RING, Proto.SIMPLE, 16, 512, 1 << 19)
+    assert float(simple.proxy_us) == pytest.approx(2 * geom.share("ring", 16, Proto.SIMPLE).proxy_us)
+    assert geom.share("ring", 16, Proto.SIMPLE).proxy_us == pytest.approx(4 * action)
+    assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).proxy_us == 0
 
 
 def test_channels_on_one_proxy_queue_behind_each_other_on_the_network_hop():
