@@ -116,6 +116,51 @@ def test_a_multinode_ring_is_paced_by_its_busiest_proxys_posts_not_its_latency_p
     assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).proxy_us == 0
 
 
+def _ring_walk_us(geom: CommGeometry, s, proto: Proto, nchannels: int) -> float:
+    """A ring AllReduce's steps walked rank by rank: rank r's step k starts once it has the first
+    grain of rank r−1's step k−1 and has written its own step k−1; over NVLink the data cuts through
+    (hop latency plus a grain), across the network the sender's proxy thread posts the step once it
+    is written, after the thread's posts of the step before (``ChannelShare.proxy_us``, every
+    channel of that GPU), and the rest of the hop follows (its latency less the post)."""
+    flows = geom.channel_flows("ring", 0)
+    n, share = len(flows), geom.share("ring", nchannels, proto)
+    post = proxy_overhead_us(Proto.LL, geom.cpu_vendor, geom.params)  # one action
+    step, grain = (float(b) / (float(s.gbps) * 1e3) for b in (s.step_bytes, s.unit_bytes))
+    first = [0.0] * n  # when rank r has the first grain of its next step's input
+    last = [0.0] * n  # ... and its last byte
+    start, end, thread = [0.0] * n, [step] * n, [0.0] * n
+    for _ in range(2 * (n - 1)):
+        arrive, whole = [0.0] * n, [0.0] * n
+        for r, f in enumerate(flows):
+            lat = geom.hop_latency_us(f, proto)
+            if f.kind == "net":
+                thread[r] = max(end[r], thread[r]) + float(share.proxy_us)
+                arrive[(r + 1) % n] = thread[r] + lat - post
+                whole[(r + 1) % n] = arrive[(r + 1) % n] + step - grain
+            else:
+                arrive[(r + 1) % n], whole[(r + 1) % n] = start[r] + lat + grain, end[r] + lat
+        first, last = arrive, whole
+        start = [max(a, e) for a, e in zip(first, end, strict=True)]
+        end = [max(b + step, w + grain) for b, w in zip(start, last, strict=True)]
+    return max(end)
+
+
+def test_a_rings_closed_form_is_its_step_by_step_walk_where_the_proxy_paces_it(a100_nodes):
+    """Where the busiest proxy's posts outlast a step (2×8 A100, AMD hosts, LL128 at 1–4 MiB), the
+    closed form is the ring walked step by step; elsewhere it is no slower than that walk, whose
+    network hops also wait for the whole step before the post (the closed form's latency cycle cuts
+    through them)."""
+    geom = a100_nodes[2]
+    for size in (1 * MIB, 4 * MIB):
+        s = schedule_for(geom, Op.ALLREDUCE, size, Algo.RING, Proto.LL128, 16, 640, 576000)
+        assert float(s.proxy_us) > float(s.step_time_us(s.gbps))
+        assert float(s.steps_time_us(s.gbps)) == pytest.approx(_ring_walk_us(geom, s, Proto.LL128, 16), rel=1e-6)
+    h100 = CommGeometry(load_cluster("dgx-h100", nodes=2))
+    for proto, nthreads, chunk in ((Proto.LL, 512, 1 << 15), (Proto.LL128, 640, 576000)):
+        s = schedule_for(h100, Op.ALLREDUCE, 4 * MIB, Algo.RING, proto, 8, nthreads, chunk)
+        assert float(s.steps_time_us(s.gbps)) <= _ring_walk_us(h100, s, proto, 8)
+
+
 def test_channels_on_one_proxy_queue_behind_each_other_on_the_network_hop():
     # Two a3-ultra VMs, one GPU each: every channel of the ring leaves through the same GPU's proxy,
     # which posts one send per channel per step in turn (``progressOps``, ``src/proxy.cc``).
