@@ -147,9 +147,8 @@ def _ring_walk_us(geom: CommGeometry, s, proto: Proto, nchannels: int) -> float:
 
 def test_a_rings_closed_form_is_its_step_by_step_walk_where_the_proxy_paces_it(a100_nodes):
     """Where the busiest proxy's posts outlast a step (2×8 A100, AMD hosts, LL128 at 1–4 MiB), the
-    closed form is the ring walked step by step; elsewhere it is no slower than that walk, whose
-    network hops also wait for the whole step before the post (the closed form's latency cycle cuts
-    through them)."""
+    closed form is the ring walked step by step; elsewhere it is no slower than that walk, which
+    adds the ring's fill and drain to the steps' mean."""
     geom = a100_nodes[2]
     for size in (1 * MIB, 4 * MIB):
         s = schedule_for(geom, Op.ALLREDUCE, size, Algo.RING, Proto.LL128, 16, 640, 576000)
@@ -159,6 +158,22 @@ def test_a_rings_closed_form_is_its_step_by_step_walk_where_the_proxy_paces_it(a
     for proto, nthreads, chunk in ((Proto.LL, 512, 1 << 15), (Proto.LL128, 640, 576000)):
         s = schedule_for(h100, Op.ALLREDUCE, 4 * MIB, Algo.RING, proto, 8, nthreads, chunk)
         assert float(s.steps_time_us(s.gbps)) <= _ring_walk_us(h100, s, proto, 8)
+
+
+def test_a_rings_data_cuts_through_nvlink_but_not_the_network():
+    """Inside a node an LL ring step's data follows one grain behind its sender; across the network
+    the proxy posts the step once the kernel has written all of it (``sendProxyProgress``), so each
+    network hop of the ring waits for the whole step: on two one-GPU VMs (every hop crosses the
+    network) a step's wait grows by the step's own write, on one node not at all."""
+    def wait_us(geom: CommGeometry, nbytes: int) -> tuple[float, float]:
+        s = schedule_for(geom, Op.ALLREDUCE, nbytes, Algo.RING, Proto.LL, 1, 512, 1 << 15)
+        return float(s.latency_us(s.gbps)), float(s.step_bytes - s.unit_bytes) / (float(s.gbps) * 1e3)
+
+    vms = CommGeometry(load_cluster("gcp-a3-ultra", nodes=2, gpus_per_node=1))
+    (small, _), (big, write) = wait_us(vms, 8 << 10), wait_us(vms, 32 << 10)
+    assert write > 0 and big == pytest.approx(small + write - wait_us(vms, 8 << 10)[1])
+    node = CommGeometry(load_cluster("gcp-a3-ultra"), load_cluster("gcp-a3-ultra").gpus()[:2])
+    assert wait_us(node, 8 << 10)[0] == pytest.approx(wait_us(node, 32 << 10)[0])
 
 
 def test_channels_on_one_proxy_queue_behind_each_other_on_the_network_hop():

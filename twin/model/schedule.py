@@ -125,6 +125,10 @@ class Schedule:
     proxy_lag_us: float = 0.0
     """Rounds across nodes: what the network hop of the busiest proxy thread takes beyond that
     thread's post (``ChannelShare.proxy_lag_us``), after its last step's post."""
+    hold_bytes: float = 0.0
+    """Rounds across nodes: what a step waits for at the network hops beyond its grain, as a share
+    of the ring's hops: a proxy posts what the kernel has written whole (an LL or LL128 step, a
+    Simple slice, ``sendProxyProgress``), so over the network the data does not cut through."""
 
     @property
     def n_steps(self):
@@ -165,7 +169,7 @@ class Schedule:
     def latency_us(self, gbps, scale=1.0):
         """The part of a step that does not overlap the transfer: hop latency plus one grain, its
         transfer taking ``scale`` of its time at ``gbps`` (a fill step's: ``fill_scale``)."""
-        return self.step_us + scale * self.unit_bytes / (gbps * 1e3)
+        return self.step_us + scale * (self.unit_bytes + self.hold_bytes) / (gbps * 1e3)
 
     def gpu_period_us(self):
         """Time between two calls already queued on the GPUs, uncontended.
@@ -312,7 +316,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, slices, params) + fence_us,
                         PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us, fill, host,
-                        share.proxy_lag_us if shape == "rounds" else 0.0)
+                        share.proxy_lag_us if shape == "rounds" else 0.0,
+                        geom.network_share(pattern) * (step_bytes - grain_bytes)
+                        if shape == "rounds" and proto is not Proto.SIMPLE else 0.0)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
