@@ -297,9 +297,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # and Reduce run ``ProtoSimple<1, 1>``: one step per chunk, one slice per step).
         slices = step_bytes / grain_bytes if shape == "rounds" else 1.0
         proxy_us = share.proxy_us
-        if shape == "rounds" and proto is Proto.SIMPLE:
+        if algo is Algo.RING and shape == "rounds" and proto is Proto.SIMPLE:
             # A Simple ring step goes out slice by slice: one post per slice (``sliceSteps`` FIFO
-            # steps each, ``sendProxyProgress``), and a flush per slice received.
+            # steps each, ``sendProxyProgress``), and a flush per slice received (PAT runs
+            # ``ProtoSimple<1, 1>``: one slice a step).
             proxy_us = share.proxy_us * np.ceil(slices - 1e-9)
         if shape == "pipeline":
             # Across the network a pipeline moves NCCL's steps, not the grains above: the proxy
