@@ -737,9 +737,9 @@ class CommGeometry:
                 # The ring's steps wait for each other round the ring (the mean hop, above); its
                 # busiest proxy thread's posts pace them on their own (``Schedule.proxy_bound_us``),
                 # and the last post's hop then takes the rest of its latency.
-                lag = max((self.hop_latency_us(f, proto) for f in self.channel_flows(pattern, 0) if f.kind == "net"),
+                hop = max((self.hop_latency_us(f, proto) for f in self.channel_flows(pattern, 0) if f.kind == "net"),
                           default=0.0)
-                lag = max(0.0, lag - proxy_action_us(self.cpu_vendor, self.params)) if lag else 0.0
+                lag = max(0.0, hop - proxy_action_us(self.cpu_vendor, self.params))
             links, gbps = load.links(proto, self.params)
             # A full pipeline's chunks follow each other no faster than the busiest thread's work
             # per step; the waits on a step's path overlap (``NCCL_STEPS`` in flight).

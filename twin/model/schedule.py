@@ -5,7 +5,9 @@ Two shapes cover NCCL's algorithms:
 * **rounds** (Ring AllReduce/AllGather/ReduceScatter, PAT, AllToAll): a loop of ``steps``
   dependent steps in which every rank sends one chunk to its neighbour at the same time;
   loops run one after another.  A step waits for the previous step's data, so it costs the
-  larger of its transfer time and the hop latency plus one cut-through unit.
+  larger of its transfer time and the hop latency plus one cut-through unit (the ring's mean hop;
+  across the network, the whole step its proxy posts); across nodes the busiest proxy thread's
+  posts pace the rounds on their own (``Schedule.proxy_bound_us``).
 * **pipeline** (Broadcast, Reduce, Tree, CollNet, NVLS, SendRecv): ``loops`` chunks stream
   down a chain of ``steps`` hops; the last chunk leaves the chain ``steps + loops - 1`` step
   times after the first one entered it.
