@@ -94,13 +94,88 @@ def test_nvlink_hops_of_a_multinode_ring_do_not_pay_the_network_latency(a100_nod
     assert geom.path_latency_us("ring", Proto.LL) < net / 2
 
 
-def test_every_step_of_a_multinode_ring_waits_for_the_proxy(a100_nodes):
+def test_a_multinode_ring_is_paced_by_its_busiest_proxys_posts_not_its_latency_plus_them(a100_nodes):
+    """On 64 channels each GPU's proxy thread makes 8 channels' network sends and 8 receives a step
+    (64 channels over 8 NICs a node), at a post's CPU time each: 30 steps of a 2×8 ring take at
+    least 30 × 16 posts, one after another, while the steps' own wait stays the ring's mean hop (a
+    step depends on the step before it one rank back, so the network hops' latency is spread over
+    the ring)."""
     geom = a100_nodes[2]
-    share = geom.share("ring", 16, Proto.SIMPLE)
-    # Each GPU's proxy posts two channels' sends, two receives, and flushes those on Ampere per step.
-    assert share.proxy_us == pytest.approx(6 * proxy_post_us(geom.cpu_vendor, geom.params))
-    assert share.step_us >= share.proxy_us
-    assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).step_us < share.step_us
+    post = proxy_post_us(geom.cpu_vendor, geom.params)
+    share = geom.share("ring", 64, Proto.LL128)
+    assert share.proxy_us == pytest.approx(16 * post)
+    assert share.step_us < share.proxy_us
+    s = schedule_for(geom, Op.ALLREDUCE, 4 * MIB, Algo.RING, Proto.LL128, 64, 640, 576000)
+    posts = s.n_steps * share.proxy_us
+    assert float(s.steps_time_us(s.gbps)) > posts + share.proxy_lag_us
+    # The grain a step's data waits for is on the ring's path, not on the thread's: not added per step.
+    assert float(s.steps_time_us(s.gbps)) < s.n_steps * (share.proxy_us + s.unit_bytes / (s.gbps * 1e3))
+    # A Simple step goes out in two slices, each posted (and flushed on arrival, sm_80) on its own:
+    # per slice 2 sends, 2 receives and their 2 flushes on 16 channels.
+    simple = schedule_for(geom, Op.ALLREDUCE, 64 * MIB, Algo.RING, Proto.SIMPLE, 16, 512, 1 << 19)
+    assert float(simple.proxy_us) == pytest.approx(2 * geom.share("ring", 16, Proto.SIMPLE).proxy_us)
+    assert geom.share("ring", 16, Proto.SIMPLE).proxy_us == pytest.approx(6 * post)
+    assert a100_nodes[1].share("ring", 16, Proto.SIMPLE).proxy_us == 0
+
+
+def _ring_walk_us(geom: CommGeometry, s, proto: Proto, nchannels: int) -> float:
+    """A ring AllReduce's steps walked rank by rank: rank r's step k starts once it has the first
+    grain of rank r−1's step k−1 and has written its own step k−1; over NVLink the data cuts through
+    (hop latency plus a grain), across the network the sender's proxy thread posts the step once it
+    is written, after the thread's posts of the step before (``ChannelShare.proxy_us``, every
+    channel of that GPU), and the rest of the hop follows (its latency less the post)."""
+    flows = geom.channel_flows("ring", 0)
+    n, share = len(flows), geom.share("ring", nchannels, proto)
+    post = proxy_post_us(geom.cpu_vendor, geom.params)  # one request
+    step, grain = (float(b) / (float(s.gbps) * 1e3) for b in (s.step_bytes, s.unit_bytes))
+    first = [0.0] * n  # when rank r has the first grain of its next step's input
+    last = [0.0] * n  # ... and its last byte
+    start, end, thread = [0.0] * n, [step] * n, [0.0] * n
+    for _ in range(2 * (n - 1)):
+        arrive, whole = [0.0] * n, [0.0] * n
+        for r, f in enumerate(flows):
+            lat = geom.hop_latency_us(f, proto)
+            if f.kind == "net":
+                thread[r] = max(end[r], thread[r]) + float(share.proxy_us)
+                arrive[(r + 1) % n] = thread[r] + lat - post
+                whole[(r + 1) % n] = arrive[(r + 1) % n] + step - grain
+            else:
+                arrive[(r + 1) % n], whole[(r + 1) % n] = start[r] + lat + grain, end[r] + lat
+        first, last = arrive, whole
+        start = [max(a, e) for a, e in zip(first, end, strict=True)]
+        end = [max(b + step, w + grain) for b, w in zip(start, last, strict=True)]
+    return max(end)
+
+
+def test_a_rings_closed_form_is_its_step_by_step_walk_where_the_proxy_paces_it(a100_nodes):
+    """Where the busiest proxy's posts outlast a step (2×8 A100, AMD hosts, LL128 on 64 channels at 1–4 MiB), the
+    closed form is the ring walked step by step; elsewhere it is no slower than that walk, which
+    adds the ring's fill and drain to the steps' mean."""
+    geom = a100_nodes[2]
+    for size in (1 * MIB, 4 * MIB):
+        s = schedule_for(geom, Op.ALLREDUCE, size, Algo.RING, Proto.LL128, 64, 640, 576000)
+        assert float(s.proxy_us) > float(s.step_time_us(s.gbps))
+        assert float(s.steps_time_us(s.gbps)) == pytest.approx(_ring_walk_us(geom, s, Proto.LL128, 64), rel=1e-6)
+    h100 = CommGeometry(load_cluster("dgx-h100", nodes=2))
+    for proto, nthreads, chunk in ((Proto.LL, 512, 1 << 15), (Proto.LL128, 640, 576000)):
+        s = schedule_for(h100, Op.ALLREDUCE, 4 * MIB, Algo.RING, proto, 8, nthreads, chunk)
+        assert float(s.steps_time_us(s.gbps)) <= _ring_walk_us(h100, s, proto, 8)
+
+
+def test_a_rings_data_cuts_through_nvlink_but_not_the_network():
+    """Inside a node an LL ring step's data follows one grain behind its sender; across the network
+    the proxy posts the step once the kernel has written all of it (``sendProxyProgress``), so each
+    network hop of the ring waits for the whole step: on two one-GPU VMs (every hop crosses the
+    network) a step's wait grows by the step's own write, on one node not at all."""
+    def wait_us(geom: CommGeometry, nbytes: int) -> tuple[float, float]:
+        s = schedule_for(geom, Op.ALLREDUCE, nbytes, Algo.RING, Proto.LL, 1, 512, 1 << 15)
+        return float(s.latency_us(s.gbps)), float(s.step_bytes - s.unit_bytes) / (float(s.gbps) * 1e3)
+
+    vms = CommGeometry(load_cluster("gcp-a3-ultra", nodes=2, gpus_per_node=1))
+    (small, _), (big, write) = wait_us(vms, 8 << 10), wait_us(vms, 32 << 10)
+    assert write > 0 and big == pytest.approx(small + write - wait_us(vms, 8 << 10)[1])
+    node = CommGeometry(load_cluster("gcp-a3-ultra"), load_cluster("gcp-a3-ultra").gpus()[:2])
+    assert wait_us(node, 8 << 10)[0] == pytest.approx(wait_us(node, 32 << 10)[0])
 
 
 def test_channels_on_one_proxy_queue_behind_each_other_on_the_network_hop():

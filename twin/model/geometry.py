@@ -128,7 +128,9 @@ class ChannelShare:
     """CPU time the busiest proxy thread is busy per step (one thread per GPU posts every network
     step, ``_Load.busiest_proxy_work_us``): however many chunks are in flight, steps follow each
     other no faster."""
-
+    proxy_lag_us: float = 0.0
+    """A ring's network hop beyond its sender's post: the NIC, the wire and the receiver's side of
+    the slowest hop that crosses the network (its latency less one proxy action); 0 elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -758,17 +760,18 @@ class CommGeometry:
                 step = self.path_latency_us(pattern, proto) + queue * self.network_share(pattern)
             else:
                 step = self.path_latency_us(pattern, proto)
+            lag = 0.0
             if pattern == "ring":
-                # Every step of a ring crosses the network somewhere at once, so no step ends
-                # before the busiest proxy thread has made its requests for it.  NCCL's own floor,
-                # "inter-node rings still have to launch nsteps * net overhead" (tuning.cc), is
-                # in the network hop's latency (``PROXY_ACTIONS``).  Pipelines pay the proxy only
-                # on their network hops, inside those hops' latency.
-                step = max(step, proxy)
+                # The ring's steps wait for each other round the ring (the mean hop, above); its
+                # busiest proxy thread's posts pace them on their own (``Schedule.proxy_bound_us``),
+                # and the last post's hop then takes the rest of its latency.
+                hop = max((self.hop_latency_us(f, proto) for f in self.channel_flows(pattern, 0) if f.kind == "net"),
+                          default=0.0)
+                lag = max(0.0, hop - proxy_post_us(self.cpu_vendor, self.params))
             links, gbps = load.links(proto, self.params)
             # A full pipeline's chunks follow each other no faster than the busiest thread's work
             # per step; the waits on a step's path overlap (``NCCL_STEPS`` in flight).
-            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=proxy)
+            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=proxy, proxy_lag_us=lag)
         return self._shares[key]
 
     def network_share(self, pattern: str) -> float:

@@ -5,7 +5,9 @@ Two shapes cover NCCL's algorithms:
 * **rounds** (Ring AllReduce/AllGather/ReduceScatter, PAT, AllToAll): a loop of ``steps``
   dependent steps in which every rank sends one chunk to its neighbour at the same time;
   loops run one after another.  A step waits for the previous step's data, so it costs the
-  larger of its transfer time and the hop latency plus one cut-through unit.
+  larger of its transfer time and the hop latency plus one cut-through unit (the ring's mean hop;
+  across the network, the whole step its proxy posts); across nodes the busiest proxy thread's
+  posts pace the rounds on their own (``Schedule.proxy_bound_us``).
 * **pipeline** (Broadcast, Reduce, Tree, CollNet, NVLS, SendRecv): ``loops`` chunks stream
   down a chain of ``steps`` hops; the last chunk leaves the chain ``steps + loops - 1`` step
   times after the first one entered it.
@@ -123,6 +125,13 @@ class Schedule:
     host: HostLaunch = field(default_factory=HostLaunch)
     """The host thread that launches the call (``twin.model.host``); ``launch_us`` already holds
     its ``skew_us``, the wait for the last GPU's launch."""
+    proxy_lag_us: float = 0.0
+    """Rounds across nodes: what the network hop of the busiest proxy thread takes beyond that
+    thread's post (``ChannelShare.proxy_lag_us``), after its last step's post."""
+    hold_bytes: float = 0.0
+    """Rounds across nodes: what a step waits for at the network hops beyond its grain, as a share
+    of the ring's hops: a proxy posts what the kernel has written whole (an LL or LL128 step, a
+    Simple slice, ``sendProxyProgress``), so over the network the data does not cut through."""
 
     @property
     def n_steps(self):
@@ -142,14 +151,28 @@ class Schedule:
 
     def steps_time_us(self, gbps):
         """All the steps at ``gbps``: the full-latency ones (a pipeline's first chunk crossing each
-        hop at that hop's rate, ``fill_scale``), then the paced ones."""
+        hop at that hop's rate, ``fill_scale``), then the paced ones; rounds no sooner than their
+        busiest proxy thread posts them (``proxy_bound_us``)."""
         fill = self.step_time_us(gbps, self.fill_scale)
-        return self.fill_steps * fill + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
+        steps = self.fill_steps * fill + (self.n_steps - self.fill_steps) * self.pace_us(gbps)
+        return np.maximum(steps, self.proxy_bound_us(gbps)) if self.shape == "rounds" else steps
+
+    def proxy_bound_us(self, gbps):
+        """Rounds across nodes, as the busiest proxy thread paces them: a ring's steps depend on
+        each other round the ring, whose mean hop latency the steps pay (``step_us``), but one
+        thread posts every network step of its GPU's channels, ``proxy_us`` of work a step that no
+        other step overlaps.  Where that work is the longer, the rounds take the kernel's first
+        step, written before the thread can post it, the thread's posts of every step one after
+        another, then the rest of the last post's network hop (``proxy_lag_us``) and that step
+        received; 0 on one node (no proxy)."""
+        if not np.any(self.proxy_us):
+            return 0.0
+        return 2 * self.step_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
 
     def latency_us(self, gbps, scale=1.0):
         """The part of a step that does not overlap the transfer: hop latency plus one grain, its
         transfer taking ``scale`` of its time at ``gbps`` (a fill step's: ``fill_scale``)."""
-        return self.step_us + scale * self.unit_bytes / (gbps * 1e3)
+        return self.step_us + scale * (self.unit_bytes + self.hold_bytes) / (gbps * 1e3)
 
     def gpu_period_us(self):
         """Time between two calls already queued on the GPUs, uncontended.
@@ -277,6 +300,11 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # and Reduce run ``ProtoSimple<1, 1>``: one step per chunk, one slice per step).
         slices = step_bytes / grain_bytes if shape == "rounds" else 1.0
         proxy_us = share.proxy_us
+        if algo is Algo.RING and shape == "rounds" and proto is Proto.SIMPLE:
+            # A Simple ring step goes out slice by slice: one post per slice (``sliceSteps`` FIFO
+            # steps each, ``sendProxyProgress``), and a flush per slice received (PAT runs
+            # ``ProtoSimple<1, 1>``: one slice a step).
+            proxy_us = share.proxy_us * np.ceil(slices - 1e-9)
         if shape == "pipeline":
             # Across the network a pipeline moves NCCL's steps, not the grains above: the proxy
             # posts one message per FIFO step (``sendProxyProgress``, ``src/transport/net.cc``),
@@ -291,7 +319,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, slices, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us, fill, host)
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us, fill, host,
+                        share.proxy_lag_us if shape == "rounds" else 0.0,
+                        geom.network_share(pattern) * (step_bytes - grain_bytes)
+                        if shape == "rounds" and proto is not Proto.SIMPLE else 0.0)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
