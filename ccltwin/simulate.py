@@ -14,23 +14,27 @@ from traces.task import parse_dtype, parse_op, whole_elements
 from traces.units import SIZE_RULE, parse_size, parse_size_range
 from tuner.config import Algo, Proto, Transport, parse_enum
 from tuner.space import check_forced_resources
+from twin.model.host import NCCL_TESTS_ITERS
 from twin.placement import Communicator
 from twin.predict import Prediction, predict
 from twin.topology import load_cluster
 
-HEADER = (f"{'size':>12} {'count':>12} {'type':>8} {'time':>10} {'algbw':>8} {'busbw':>8}  "
+HEADER = (f"{'size':>12} {'count':>12} {'type':>8} {'time':>10} {'repeated':>10} {'algbw':>8} {'busbw':>8}  "
           f"{'algo':<14} {'proto':<6} {'transport':<9} {'nch':>3} {'nthr':>4} {'chunk':>8}  chosen_by")
 DTYPE_HELP = ("Element type: float32 (float, fp32), float16 (half, fp16), bfloat16 (bf16), float64 (double), int8, "
               "uint8, int32, uint32, int64, uint64, fp8_e4m3, fp8_e5m2.")
 SIZE_UNITS = f"{SIZE_RULE}; each size a whole number of --dtype elements."
-UNITS = f"{'(B)':>12} {'(elements)':>12} {'':>8} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"
+UNITS = f"{'(B)':>12} {'(elements)':>12} {'':>8} {'(us)':>10} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"
+ITERS_HELP = ("Calls timed back to back per size, as nccl-tests' -n (default 20): the 'repeated' column is the time "
+              "per call of that loop, what nccl-tests' time column measures (down a Broadcast/Reduce chain the calls "
+              "overlap, so it is less than 'time', one call's latency); algbw and busbw are one call's.")
 
 
 def _row(p: Prediction) -> str:
     c = p.config
-    return (f"{p.task.nbytes:>12} {p.task.count:>12} {p.task.dtype:>8} {p.time_us:>10.2f} {p.algbw_gbps:>8.2f} "
-            f"{p.busbw_gbps:>8.2f}  {c.algo:<14} {c.proto:<6} {c.transport:<9} {c.nchannels:>3} {c.nthreads:>4} "
-            f"{c.chunk_bytes:>8}  {p.chosen_by}")
+    return (f"{p.task.nbytes:>12} {p.task.count:>12} {p.task.dtype:>8} {p.time_us:>10.2f} {p.repeated_us:>10.2f} "
+            f"{p.algbw_gbps:>8.2f} {p.busbw_gbps:>8.2f}  {c.algo:<14} {c.proto:<6} {c.transport:<9} {c.nchannels:>3} "
+            f"{c.nthreads:>4} {c.chunk_bytes:>8}  {p.chosen_by}")
 
 
 def simulate(
@@ -55,6 +59,7 @@ def simulate(
     gpus_per_process: Annotated[int, typer.Option(min=1, help="GPUs driven by one host thread (nccl-tests -g).")
                                 ] = 1,
     profile: ProfileOption = None,
+    iters: Annotated[int, typer.Option(min=1, help=ITERS_HELP)] = NCCL_TESTS_ITERS,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per size.")] = False,
     nccl_version: NcclVersionOption = DEFAULT_VERSION_TEXT,
 ) -> None:
@@ -85,7 +90,7 @@ def simulate(
     the_sizes = parse_size_range(sizes)
     for n in the_sizes:
         whole_elements(n, the_dtype, f"--sizes {sizes}")
-    predictions = [predict(comm, the_op, n, dtype=the_dtype, engine=engine, **knobs) for n in the_sizes]
+    predictions = [predict(comm, the_op, n, dtype=the_dtype, engine=engine, iters=iters, **knobs) for n in the_sizes]
     for p in predictions:
         check_forced_resources(p.config, knobs, comm.nccl.nccl_version)
     if as_json:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from traces.errors import CcltwinError
 from traces.task import Op, Task
 from tuner.config import Algo, Config, Proto, Transport
+from twin.model.host import NCCL_TESTS_ITERS
 from twin.nccl_model import nccl_choice
 from twin.nccl_model.envparse import env_name
 from twin.placement import Communicator
@@ -34,6 +35,10 @@ class Prediction:
     ``user+nccl`` when NCCL filled in what was not given."""
     nccl_time_us: float | None = None
     """NCCL's own cost-model estimate of its choice (``None`` for a user configuration)."""
+    repeated_us: float | None = None
+    """Time per call of calls issued back to back on every rank's stream, as nccl-tests' timed
+    loop reports it (``Schedule.back_to_back_us``): down a Broadcast/Reduce chain less than
+    ``time_us``, one call's latency, where the calls overlap."""
 
     @property
     def algbw_gbps(self) -> float:
@@ -53,6 +58,7 @@ class Prediction:
             "time_us": round(self.time_us, 3), "algbw_gbps": round(self.algbw_gbps, 3),
             "busbw_gbps": round(self.busbw_gbps, 3), "chosen_by": self.chosen_by,
             "nccl_time_us": None if self.nccl_time_us is None else round(self.nccl_time_us, 3),
+            "repeated_us": None if self.repeated_us is None else round(self.repeated_us, 3),
         }
 
 
@@ -77,13 +83,15 @@ def resolve(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
     return config, "user" if len(given) == 6 else "user+nccl", None
 
 
-def predict(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", engine: str = "fast", **knobs
-            ) -> Prediction:
-    """Time ``op`` on ``nbytes`` on ``comm`` with the knobs given (others as NCCL would choose them)."""
+def predict(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", engine: str = "fast",
+            iters: int = NCCL_TESTS_ITERS, **knobs) -> Prediction:
+    """Time ``op`` on ``nbytes`` on ``comm`` with the knobs given (others as NCCL would choose them):
+    one call's latency from ``engine``, and the time per call of ``iters`` calls back to back
+    (the closed form's; ``twin.des.repeat`` checks it call by call)."""
     task = comm.task(op, nbytes, dtype)
     config, chosen_by, nccl_time = resolve(comm, op, nbytes, dtype=dtype, **knobs)
     if nbytes == 0:
-        return Prediction(task, config, 0.0, chosen_by, nccl_time)
+        return Prediction(task, config, 0.0, chosen_by, nccl_time, 0.0)
     schedule = comm.schedule(task, config)
     if engine == "fast":
         time_us = float(schedule.time_us())
@@ -93,4 +101,4 @@ def predict(comm: Communicator, op: Op, nbytes: int, *, dtype: str = "float32", 
         time_us = simulate([CollectiveRun(schedule)])[0]
     else:
         raise CcltwinError(f"unknown engine {engine!r}; expected fast or des")
-    return Prediction(task, config, time_us, chosen_by, nccl_time)
+    return Prediction(task, config, time_us, chosen_by, nccl_time, float(schedule.back_to_back_us(iters)))

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
+import numpy as np
+
 from tuner.config import Proto, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.model import dtree
@@ -25,6 +27,7 @@ from twin.model.netpath import (
     proxy_posts_per_recv,
 )
 from twin.model.protocols import hop_latency_us, store_efficiency
+from twin.model.repeat import coupled_fill_share
 from twin.nccl_model.search import ring_orders
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster, Hop, TopologyError
@@ -619,6 +622,28 @@ class CommGeometry:
         flows = self.ring_flows(channel)
         start = next((i for i, f in enumerate(flows) if f.src == self.ranks[0]), 0)
         return (flows[start:] + flows[:start])[:-1] or flows
+
+    def chain_arrivals(self, nchannels: int, proto: Proto) -> np.ndarray:
+        """``[c, r]``: the latency (µs) from the root down channel ``c``'s chain (``chain_flows``)
+        to the communicator's ``r``-th rank, its hops' step latencies added up."""
+        out = np.zeros((nchannels, self.nranks))
+        index = {g: i for i, g in enumerate(self.ranks)}
+        for c in range(nchannels):
+            at = 0.0
+            for f in self.channel_flows("chain", c):
+                at += self.hop_latency_us(f, proto)
+                out[c, index[f.dst]] = at
+        return out
+
+    def repeat_coupling(self, nchannels: int, proto: Proto) -> float:
+        """The share of a Broadcast/Reduce chain's fill that a call issued back to back on the
+        same stream still waits for (``twin.model.repeat``: a rank's kernel ends with its last
+        channel's data, and its channels' chains reach it at different depths), once per channel
+        count and protocol."""
+        key = ("repeat", nchannels, proto)
+        if key not in self._latencies:
+            self._latencies[key] = coupled_fill_share(self.chain_arrivals(nchannels, proto)) if nchannels > 1 else 0.0
+        return self._latencies[key]
 
     def nvls_flows(self, channel: int) -> list[Flow]:
         """Every GPU to and from its NVSwitch (multicast stores and in-switch reductions), and

@@ -132,6 +132,10 @@ class Schedule:
     """Rounds across nodes: what a step waits for at the network hops beyond its grain, as a share
     of the ring's hops: a proxy posts what the kernel has written whole (an LL or LL128 step, a
     Simple slice, ``sendProxyProgress``), so over the network the data does not cut through."""
+    coupling: float = 0.0
+    """Down a one-way chain, the share of its fill that a call issued back to back still waits
+    for (``CommGeometry.repeat_coupling``): 0 where the calls overlap down to the interval (one
+    channel; channels that visit the ranks in one order), up to 1 where none overlaps."""
 
     @property
     def n_steps(self):
@@ -174,19 +178,27 @@ class Schedule:
         transfer taking ``scale`` of its time at ``gbps`` (a fill step's: ``fill_scale``)."""
         return self.step_us + scale * (self.unit_bytes + self.hold_bytes) / (gbps * 1e3)
 
+    def interval_us(self):
+        """A call's time at its busiest rank: its launch plus one paced step per chunk (the host's
+        skew left out: queued kernels wait for no launch)."""
+        return self.launch_us - self.host.skew_us + self.loops * self.pace_us(self.gbps)
+
     def gpu_period_us(self):
         """Time between two calls already queued on the GPUs, uncontended.
 
         A pipeline's data flows one way (Broadcast, Reduce down a chain), so the next call's first
         chunk enters while the last chunks of this one are still travelling: the calls overlap and
-        follow each other at the pace of the busiest rank, its launch plus one step per chunk.
-        Rounds (Ring AllReduce/AllGather/ReduceScatter) and the tree's up-then-down pass end where
-        the next call starts, so there nothing overlaps.  Queued kernels wait for no launch, so
-        the host's skew is not in it.
+        follow each other at the pace of the busiest rank (``interval_us``), plus the share of the
+        chain's fill (``coupling``) that a rank's kernel, ending with its last channel, makes the
+        next call wait for (``twin.model.repeat``).  Rounds (Ring AllReduce/AllGather/
+        ReduceScatter) and the tree's up-then-down pass end where the next call starts, so there
+        nothing overlaps.  Never more than one call's time (``time_us`` less the host's skew).
         """
+        call = self.time_us() - self.host.skew_us
         if not self.one_way:
-            return self.time_us() - self.host.skew_us
-        return self.launch_us - self.host.skew_us + self.loops * self.pace_us(self.gbps)
+            return call
+        interval = self.interval_us()
+        return np.minimum(interval + self.coupling * np.maximum(call - interval, 0.0), call)
 
     def back_to_back_us(self, iters: int = NCCL_TESTS_ITERS):
         """Time per call of ``iters`` calls issued back to back, as nccl-tests times them: the
@@ -322,7 +334,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us, fill, host,
                         share.proxy_lag_us if shape == "rounds" else 0.0,
                         geom.network_share(pattern) * (step_bytes - grain_bytes)
-                        if shape == "rounds" and proto is not Proto.SIMPLE else 0.0)
+                        if shape == "rounds" and proto is not Proto.SIMPLE else 0.0,
+                        geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
