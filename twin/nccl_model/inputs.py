@@ -15,6 +15,7 @@ from enum import IntEnum
 from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.nccl_model.constants import MAX_NVLS_ARITY, MAXCHANNELS, release
 from twin.nccl_model.envparse import parse_algo_env, parse_proto_env
+from twin.nccl_model.gib_tuner import TUNER_CONFIGS
 
 CPU_VENDORS = ("intel", "amd", "arm", "power")
 
@@ -98,6 +99,9 @@ class NcclCommInfo:
     collnet_heads: int = 1
     p2p_channels_per_peer: int | None = None
     """``comm->p2pnChannelsPerPeer``; None: derived as documented in :mod:`select`."""
+    tuner: str | None = None
+    """The tuner plugin config NCCL runs with (a ``twin.nccl_model.gib_tuner`` table: ``gib-a3u``,
+    ``gib-a4``); None: stock NCCL, no tuner plugin."""
 
     def __post_init__(self) -> None:
         if self.nranks < 1 or self.nnodes < 1 or self.nnodes > self.nranks:
@@ -117,6 +121,8 @@ class NcclCommInfo:
             parse_algo_env(self.algo_env, self.nccl_version)
         if self.proto_env is not None:
             parse_proto_env(self.proto_env, self.nccl_version)
+        if self.tuner is not None and self.tuner not in TUNER_CONFIGS:
+            raise ValueError(f"unknown tuner config {self.tuner!r} (known: {', '.join(TUNER_CONFIGS)})")
 
     @property
     def ppn(self) -> float:
