@@ -162,8 +162,14 @@ A100_TREE = ("two DGX A100 80 GB nodes: NCCL's cost model switches Ring → Tree
              "LL128 waits on each of its 30 steps for the network hop (4 µs: IB latency and the proxy's per-step "
              "time) while its Tree pipelines them, and the 80 GB's HBM (2,039 against 1,555 GB/s) makes the Tree's "
              "LL128 CTAs 1.3× faster, so time falls 28 % (19 % on the 40 GB nodes)")
+GIB_A4_LL = ("two a4 VMs of 8 B200: Google's gIB tuner (tuner_config_a4.txtpb) keeps Ring LL on 8 channels up to "
+             "256 KiB per rank (4 MiB of AllGather over 16 ranks) and Ring LL128 on 16 above, where the twin's LL on 8 "
+             "channels is bound by their LL line rate (78 µs at 4 MiB against 42 at 2 MiB; Broadcast and Reduce 107) "
+             "and its LL128 takes 56 (74), a 28-31 % fall; Google tuned that threshold on the VMs, and no public a4 "
+             "2x8 measurement says whether the twin's LL is too slow or its LL128 too fast there")
 KNOWN_MISSES = {
     ("hgx-b300:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY,
+    **{("gcp-a4:2x8", op): GIB_A4_LL for op in (Op.ALLGATHER, Op.REDUCESCATTER, Op.BROADCAST, Op.REDUCE)},
     ("dgx-a100-80gb:2x8", Op.ALLREDUCE): A100_TREE,
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
     **{(f"{p}:4", Op.ALLREDUCE): PAIRS for p in ("h100-nvl", "h100-pcie")},
