@@ -83,8 +83,8 @@ class Run:
     nccl: str | None = None
     """The NCCL release where the log does not print it but its header or source names it."""
     fabric: str | None = None
-    """The network between nodes as the header names it: infiniband, roce, efa, efa-v1 (first-generation
-    EFA: p4d, p4de) (None: one node).
+    """The network between nodes as the header names it: infiniband, roce, gib-a3u / gib-a4 (RoCE through
+    Google's gIB plugin and tuner), efa, efa-v1 (first-generation EFA: p4d, p4de) (None: one node).
     Shown in the table; the twin models the fabric kind of ``topology`` (its YAML's
     ``fabric.kind``), which the tests hold to this."""
 
@@ -96,7 +96,8 @@ AZURE_A100_80 = str(CLUSTERS / "azure-nda100v4-80gb.yaml")
 GCP_A4 = str(CLUSTERS / "gcp-a4-b200.yaml")
 AWS_P4DE = str(CLUSTERS / "aws-p4de.yaml")
 AWS_P5 = str(CLUSTERS / "aws-p5.yaml")
-IB, ROCE, EFA, EFA_V1 = "infiniband", "roce", "efa", "efa-v1"
+IB, EFA, EFA_V1 = "infiniband", "efa", "efa-v1"
+GIB_A3U, GIB_A4 = "gib-a3u", "gib-a4"  # RoCE v2 through Google's gIB plugin, its tuner config as the VM sets it
 RUNS = {
     # ---- the development set (tests/data/nccl-tests) ----
     # ABCI 2.0 node (A): 8 A100 on NVSwitch, Intel Xeon hosts, 4 HDR NICs per node, one MPI rank per GPU.
@@ -135,9 +136,9 @@ RUNS = {
     "azure-ndA100v4-80gb-8gpu-intranode-allreduce-busbw-summary": Run(AZURE_A100_80, gpus_per_process=8),
     # GCP over RoCE (gIB): B200 a4 and H200 a3-ultra VMs; "2gpu-2node" is one GPU per VM.
     "gcp-a4-b200-2gpu-intranode-allgather": Run(GCP_A4),
-    "gcp-a4-b200-2gpu-2node-allgather-roce": Run(GCP_A4, nodes=2, gpus_per_node=1, fabric=ROCE),
-    "gcp-a3ultra-h200-2gpu-2node-allgather-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=ROCE),
-    "gcp-a3ultra-h200-2gpu-2node-allreduce-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=ROCE),
+    "gcp-a4-b200-2gpu-2node-allgather-roce": Run(GCP_A4, nodes=2, gpus_per_node=1, fabric=GIB_A4),
+    "gcp-a3ultra-h200-2gpu-2node-allgather-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=GIB_A3U),
+    "gcp-a3ultra-h200-2gpu-2node-allreduce-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=GIB_A3U),
     # Nebius H200, 8x 400 Gb/s NDR per node; the job's image ships NCCL 2.23.4.
     "nebius-h200-16gpu-2node-allreduce-ib-1G-16G": Run("hgx-h200", nodes=2, nccl="2.23.4", fabric=IB),
     # AWS EFA: 2x p4de (4x 100 Gb/s first-generation EFA each), 2x p5 (32x 100 Gb/s EFA v2 each).

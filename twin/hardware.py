@@ -249,7 +249,7 @@ class FabricKind:
     every byte is staged through host memory, crossing the CPU's root complex on both sides."""
     nccl_env: tuple[tuple[str, str], ...] = ()
     """NCCL variables the vendor's required profile sets (``NCCL_PROTO``, ``NCCL_ALGO``,
-    ``NCCL_BUFFSIZE``, ``NCCL_NVLS_ENABLE``)."""
+    ``NCCL_BUFFSIZE``, ``NCCL_NVLS_ENABLE``, ``NCCL_TUNER_CONFIG_PATH``)."""
     sources: tuple[str, ...] = ()
     reported_latency_us: float = 0.0
     """The latency the network module reports to NCCL (``ncclNetProperties_t.latency``): NCCL's
@@ -276,13 +276,18 @@ _GOOGLE_TCPX = ("Google Cloud, 'Maximize GPU network bandwidth with GPUDirect-TC
 _GOOGLE_TCPXO = ("Google Cloud, 'Maximize GPU network bandwidth with GPUDirect-TCPXO' (a3-mega) and its "
                  "nccl-env-profile.sh (AI-Hypercomputer/gpu-recipes): NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple, "
                  "NCCL_BUFFSIZE=8388608, NCCL_NVLS_ENABLE=0, plugin 'FasTrak' (libnccl-net.so)",)
-_GOOGLE_GIB = ("Google Cloud a3-ultra / a4 (ConnectX-7 RoCE): the gIB net plugin, NCCL's IB verbs transport, with "
+_GOOGLE_GIB = ("Google Cloud a3-ultra / a4 (ConnectX-7 RoCE v2): the gIB net plugin, NCCL's IB verbs transport, with "
                "/usr/local/gib/scripts/set_nccl_env.sh: NCCL_NET=gIB, NCCL_CROSS_NIC=0, NCCL_NET_GDR_LEVEL=PIX, "
                "NCCL_IB_QPS_PER_CONNECTION=4, NCCL_IB_ADAPTIVE_ROUTING=1, NCCL_IB_TC=52, NCCL_IB_FIFO_TC=84, "
-               "NCCL_P2P_NET_CHUNKSIZE=131072, NCCL_TUNER_CONFIG_PATH=.../tuner_config_a3u.txtpb or _a4.txtpb (not "
-               "public); none adds time per message in NCCL's IB transport (src/transport/net_ib/p2p.cc: whole "
+               "NCCL_P2P_NET_CHUNKSIZE=131072, NCCL_NVLS_CHUNKSIZE=524288 (the gIB diagnostic image's Dockerfile "
+               "ENV); none adds time per message in NCCL's IB transport (src/transport/net_ib/p2p.cc: whole "
                "requests take the QPs in turn unless NCCL_IB_SPLIT_DATA_ON_QPS, adaptive routing one zero-byte "
-               "write with immediate after a message over 8 KiB), so the kind keeps RoCE's figures",)
+               "write with immediate after a message over 8 KiB), so the kinds keep RoCE's figures",
+               "NCCL_TUNER_CONFIG_PATH=/usr/local/gib/configs/tuner_config_a3u.txtpb (a4: tuner_config_a4.txtpb): "
+               "Google's config-based tuner plugin; its tables as apple/axlearn ships them "
+               "(axlearn/cloud/gcp/nccl/{a3_ultra,a4_high}/tuner_config.txtpb, Apache-2.0), "
+               "twin.nccl_model.gib_tuner")
+_GIB_CONFIGS = "/usr/local/gib/configs/"
 _AWS_OFI = ("aws/aws-ofi-nccl src/platform-aws.c (v1.7-1.8, 2023): NCCL_PROTO=simple unless the EFA endpoint "
             "delivers 128-byte aligned writes in order "
             "(FI_OPT_EFA_WRITE_IN_ORDER_ALIGNED_128_BYTES / ..._SENDRECV_...), 'such as on P4d/P4de'; "
@@ -297,8 +302,7 @@ _FABRIC_KINDS = (
                sources=("NCCL src/transport/net_ib.cc", "NVIDIA perftest ib_write_lat, ConnectX-6/7")),
     FabricKind("roce", "RoCE v2 (RDMA over Converged Ethernet)", "IB", True,
                sources=("NCCL drives RoCE through its IB transport (NCCL_IB_GID_INDEX)",
-                        "IBTA RoCEv2 annex: Ethernet, IP and UDP headers around the IB transport",
-                        *_GOOGLE_GIB)),
+                        "IBTA RoCEv2 annex: Ethernet, IP and UDP headers around the IB transport")),
     FabricKind("tcp", "TCP sockets (host-staged)", "Socket", False,
                sources=("NCCL src/transport/net_socket.cc: host-memory buffers, helper threads "
                         "(NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD)",)),
@@ -322,6 +326,10 @@ _FABRIC_KINDS = (
                sources=("HPE Slingshot-11: Cassini 200 Gb/s NIC, Rosetta 64-port switch",
                         "NERSC/CSCS docs: NCCL on Slingshot through aws-ofi-nccl with the cxi provider"),
                tuner_plugin="aws-ofi-nccl"),
+    FabricKind("gib-a3u", "RoCE v2 through Google's gIB plugin and tuner (a3-ultra)", "gIB plugin (IB verbs)", True,
+               (("NCCL_TUNER_CONFIG_PATH", _GIB_CONFIGS + "tuner_config_a3u.txtpb"),), _GOOGLE_GIB, times="roce"),
+    FabricKind("gib-a4", "RoCE v2 through Google's gIB plugin and tuner (a4)", "gIB plugin (IB verbs)", True,
+               (("NCCL_TUNER_CONFIG_PATH", _GIB_CONFIGS + "tuner_config_a4.txtpb"),), _GOOGLE_GIB, times="roce"),
 )
 FABRIC_KINDS: dict[str, FabricKind] = {k.name: k for k in _FABRIC_KINDS}
 """Every known fabric kind by name; ``infiniband`` is the default."""

@@ -132,7 +132,7 @@ def test_script_prints_the_table_and_writes_plots_and_refuses_a_folder_it_cannot
     run = subprocess.run([*script, "--data", str(data), "--plots", str(tmp_path / "plots")],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert "median over 2 files" in run.stdout and "roce" in run.stdout
+    assert "median over 2 files" in run.stdout and "gib-a3u" in run.stdout
     assert "skipped unknown-machine.txt" in run.stderr
     assert {p.name for p in (tmp_path / "plots").glob("*.html")} == {
         "index.html", "gcp-a3ultra-h200-2gpu-2node-allreduce-roce.html", "abci-intra_anode-8gpu-1node-broadcast.html"}

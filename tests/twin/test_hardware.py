@@ -159,7 +159,7 @@ def test_fabric_kinds_say_how_nccl_drives_them():
     and aws-ofi-nccl on first-generation EFA fix NCCL_PROTO=Simple; aws-ofi-nccl reports 75 µs to
     NCCL; an unknown kind lists the known ones."""
     assert set(FABRIC_KINDS) == {"infiniband", "roce", "tcp", "gpudirect-tcpx", "gpudirect-tcpxo", "efa",
-                                 "efa-v1", "slingshot"}
+                                 "efa-v1", "slingshot", "gib-a3u", "gib-a4"}
     assert all(k.title and k.nccl_net and k.sources for k in FABRIC_KINDS.values())
     assert [k.name for k in FABRIC_KINDS.values() if not k.gpudirect] == ["tcp"]
     assert {k.name for k in FABRIC_KINDS.values() if k.env.get("NCCL_PROTO") == "Simple"} == {
@@ -167,5 +167,7 @@ def test_fabric_kinds_say_how_nccl_drives_them():
     assert {k.name: k.reported_latency_us for k in FABRIC_KINDS.values() if k.reported_latency_us} == {
         "efa": 75.0, "efa-v1": 75.0}
     assert fabric_kind("efa-v1").times == "efa"  # the same wire: only how NCCL may drive it differs
+    assert fabric_kind("gib-a3u").times == fabric_kind("gib-a4").times == "roce"  # gIB's tuner on RoCE's wire
+    assert fabric_kind("gib-a4").env["NCCL_TUNER_CONFIG_PATH"].endswith("/tuner_config_a4.txtpb")
     with pytest.raises(TopologyError, match=r"^unknown fabric kind 'omnipath' \(known: infiniband, roce, tcp, "):
         fabric_kind("omnipath")

@@ -32,6 +32,7 @@ from collections import defaultdict
 from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.hardware import gpu_spec
 from twin.nccl_model.constants import MAXCHANNELS
+from twin.nccl_model.gib_tuner import tuner_for_path
 from twin.nccl_model.graph_search import BALANCED_TREE, NVLS, RING, TREE, Graph, compute
 from twin.nccl_model.inputs import NcclCommInfo, PathType
 from twin.nccl_model.releases import facts
@@ -97,6 +98,7 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
                                             release.net_peer_channels, release.sm80_nvlink_bw),
         algo_env=env.get("NCCL_ALGO"), proto_env=env.get("NCCL_PROTO"),
         buffsize=int(env.get("NCCL_BUFFSIZE", 4 << 20)),
+        tuner_config=tuner_for_path(env["NCCL_TUNER_CONFIG_PATH"]) if "NCCL_TUNER_CONFIG_PATH" in env else None,
         latency_inter=cluster.fabric.reported_latency_us if inter else 0.0,
         tuner=cluster.nccl_tuner[0], instance=cluster.nccl_tuner[1],
     )

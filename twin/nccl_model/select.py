@@ -43,6 +43,7 @@ from twin.nccl_model.constants import (
     tuner_constants,
 )
 from twin.nccl_model.cost_table import cost_table, implemented, model_entry
+from twin.nccl_model.gib_tuner import GibRule, tuner_config
 from twin.nccl_model.inputs import NcclCommInfo
 from twin.nccl_model.ofi_tuner import FIRST_NCCL, PLATFORMS, V3_NCCL, region_pair
 
@@ -67,17 +68,23 @@ class NcclChoice:
 
 
 def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32") -> NcclChoice:
-    """What stock NCCL (no tuner plugin) does for ``op`` of ``nbytes`` on this communicator."""
+    """What NCCL does for ``op`` of ``nbytes`` on this communicator: stock NCCL, or with the tuner
+    config ``info.tuner_config`` names (its pick made free in the cost table, ``twin.nccl_model.gib_tuner``)."""
     if op in POINT_TO_POINT:
         return _p2p_choice(info, op, nbytes)
     table = cost_table(info, op, nbytes, dtype=dtype)
-    best = plugin_pair(info, op, nbytes, table) or cheapest(table)
+    rule = _tuner_rule(info, op, nbytes)
+    if rule is not None and table.get((rule.algo, rule.proto), -1.0) >= 0.0:
+        best = cheapest({**table, (rule.algo, rule.proto): 0.0})
+    else:
+        best = plugin_pair(info, op, nbytes, table) or cheapest(table)
     if best is None:
         envs = (("NCCL_ALGO", info.algo_env), ("NCCL_PROTO", info.proto_env))
         env = "".join(f" {k}={v}" for k, v in envs if v)
         raise ConfigError(f"no algorithm/protocol available for {op} ({dtype}){env}")
     algo, proto = best
     nc, nt = algo_info(info, op, algo, proto, nbytes)
+    nc = _tuned_channels(info, op, algo, nbytes, nc)
     used = channels_used(info, op, algo, proto, nbytes, nc)
     chunk = _chunk_for(info, op, algo, proto, nbytes, nc, used)
     return NcclChoice(algo, proto, nc, nt, chunk, table.get(best, -1.0), used)
@@ -121,6 +128,7 @@ def default_resources(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto,
     if not implemented(op, algo, proto):
         raise ConfigError(f"NCCL has no {algo}/{proto} implementation of {op}")
     nc, nt = algo_info(info, op, algo, proto, nbytes)
+    nc = _tuned_channels(info, op, algo, nbytes, nc)
     used = channels_used(info, op, algo, proto, nbytes, nc)
     return nc, nt, _chunk_for(info, op, algo, proto, nbytes, nc, used)
 
@@ -171,6 +179,22 @@ def algo_info(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int)
     if algo in (Algo.TREE, Algo.PAT) and f.tree_all_threads:
         nt = MAX_NTHREADS
     return nc, nt
+
+
+def _tuner_rule(info: NcclCommInfo, op: Op, nbytes: int) -> GibRule | None:
+    if info.tuner_config is None:
+        return None
+    return tuner_config(info.tuner_config).rule(info.nnodes, info.nranks // info.nnodes, op, nbytes, nranks=info.nranks)
+
+
+def _tuned_channels(info: NcclCommInfo, op: Op, algo: Algo, nbytes: int, nc: int) -> int:
+    """``nc`` (``topoGetAlgoInfo``'s), or the tuner's channel count where its rule covers the call,
+    capped at the communicator's channels of the algorithm's kind (``scheduleCollTasksToPlan``)."""
+    rule = _tuner_rule(info, op, nbytes)
+    if rule is None:
+        return nc
+    kind_max = info.nvls_channels if algo in (Algo.NVLS, Algo.NVLS_TREE) else info.nchannels
+    return max(1, min(rule.nchannels, kind_max))
 
 
 def channels_used(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int, nc: int) -> int:
