@@ -145,10 +145,6 @@ def switch_tolerance(before: Config, after: Config) -> float:
     return SWITCH_TOLERANCE
 
 
-PAIRS = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches: NCCL's tree correction factors keep Ring "
-         "to 64 MiB where the twin's Tree is 28 % faster (a chain crosses the root complex once each way with each "
-         "byte once, a ring 1.5 times one way; NCCL's own bandwidths before the corrections agree: Tree 36.8, Ring "
-         "26.7 GB/s); no measurement of such a node says what the late switch costs")
 NVLS_TREE_PROXY = ("two HGX B300 nodes: NVLS-Tree's 32 channels over 8 NICs put 4 channels on each GPU's proxy "
                    "thread, whose 4 posts per 32 KiB chunk step (NCCL's getNetOverhead, 1 µs each) outlast the "
                    "chunk's 2.2 µs at its link share, so NCCL's 32 → 64 KiB step at 16 MiB falls 21 %; no measurement "
@@ -166,7 +162,6 @@ KNOWN_MISSES = {
     ("hgx-b300:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY,
     ("dgx-a100-80gb:2x8", Op.ALLREDUCE): A100_TREE,
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
-    **{(f"{p}:4", Op.ALLREDUCE): PAIRS for p in ("h100-nvl", "h100-pcie")},
 }
 """Where rule (b) does not hold yet: thresholds of NCCL's whose effect the model still overstates
 (each an effect not yet modelled, docs/physics.md).  Strict: a fix makes its case fail here."""
