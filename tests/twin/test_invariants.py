@@ -145,13 +145,14 @@ def switch_tolerance(before: Config, after: Config) -> float:
     return SWITCH_TOLERANCE
 
 
-SHM_TREE = ("4 or 8 H100 NVL/PCIe in NVLink-bridged pairs on the PCIe switches of Intel sockets: NCCL goes through "
-            "host memory between the pairs (SHM: P2P stops at PXB on Intel) and prices those hops at their PCIe path "
-            "bandwidth, so it picks Tree at 2-4 MiB, near 16 MiB and from 64 MiB; a tree crosses each SHM hop both ways, "
-            "so its GPUs load host memory while storing into it, and a channel's 256 broadcast threads (8 loads of "
-            "16 B in flight, 3.8 µs) in series with the link's duplex share (0.85; H200 measurements, twin.model.shm) "
-            "receive 4.5 GB/s against the ring's 11 GB/s link share: NCCL's switches back to Ring fall 41-51 %; no "
-            "nccl-tests file of such a node says what NCCL's Tree really gets there")
+SHM_TREE = ("4 or 8 H100 NVL/PCIe in NVLink-bridged pairs on the PCIe switches of Intel sockets: NCCL goes "
+            "through host memory between the pairs (SHM: P2P stops at PXB on Intel) and prices those hops at "
+            "their PCIe path bandwidth, so it picks Tree at 2-4 MiB, near 16 MiB and from 64 MiB; a tree crosses "
+            "each SHM hop both ways, so its GPUs load host memory while storing into it, and a channel's 256 "
+            "broadcast threads (8 loads of 16 B in flight, 3.8 µs) in series with the link's duplex share (0.85; "
+            "H200 measurements, twin.model.shm) receive 4.5 GB/s against the ring's 11 GB/s link share: NCCL's "
+            "switches back to Ring fall 41-51 %; no nccl-tests file of such a node says what NCCL's Tree really "
+            "gets there")
 NVLS_TREE_PROXY = ("two HGX B300 nodes: NVLS-Tree's 32 channels over 8 NICs put 4 channels on each GPU's proxy "
                    "thread, whose 4 posts per 32 KiB chunk step (NCCL's getNetOverhead, 1 µs each) outlast the "
                    "chunk's 2.2 µs at its link share, so NCCL's 32 → 64 KiB step at 16 MiB falls 21 %; no measurement "
