@@ -424,6 +424,7 @@ class CommGeometry:
         self._loads: dict[str, dict[int, _Load]] = {}
         self._shares: dict[tuple, ChannelShare] = {}
         self._latencies: dict[tuple[str, Proto], float] = {}
+        self._receivers: dict[str, tuple[tuple[bool, float], ...]] = {}  # host_memory_receivers
 
     def with_params(self, params: TwinParams) -> CommGeometry:
         """The same ranks with other physical constants (as its fabric kind sees them,
@@ -691,12 +692,14 @@ class CommGeometry:
         """The GPUs that receive through host memory on the first two channels of ``pattern``
         (trees alternate), each as (whether it also sends through host memory on that channel,
         the raw rate of its PCIe link into the GPU)."""
-        out = set()
-        for channel in range(2):
-            flows = [f for f in self.channel_flows(pattern, channel) if f.host_memory]
-            senders = {f.src for f in flows}
-            out |= {(f.dst in senders, f.hops[-1].bw) for f in flows}
-        return tuple(sorted(out))
+        if pattern not in self._receivers:
+            out = set()
+            for channel in range(2):
+                flows = [f for f in self.channel_flows(pattern, channel) if f.host_memory]
+                senders = {f.src for f in flows}
+                out |= {(f.dst in senders, f.hops[-1].bw) for f in flows}
+            self._receivers[pattern] = tuple(sorted(out))
+        return self._receivers[pattern]
 
     def channel_flows(self, pattern: str, channel: int) -> list[Flow]:
         """The flows of one channel of ``pattern`` (ring, tree, chain, nvls; pairs and sendrecv are
