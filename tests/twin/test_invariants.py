@@ -145,14 +145,14 @@ def switch_tolerance(before: Config, after: Config) -> float:
     return SWITCH_TOLERANCE
 
 
-SHM_TREE = ("4 or 8 H100 NVL/PCIe in NVLink-bridged pairs on the PCIe switches of Intel sockets: NCCL goes "
-            "through host memory between the pairs (SHM: P2P stops at PXB on Intel) and prices those hops at "
-            "their PCIe path bandwidth, so it picks Tree at 2-4 MiB, near 16 MiB and from 64 MiB; a tree crosses "
-            "each SHM hop both ways, so its GPUs load host memory while storing into it, and a channel's 256 "
-            "broadcast threads (8 loads of 16 B in flight, 3.8 µs) in series with the link's duplex share (0.85; "
-            "H200 measurements, twin.model.shm) receive 4.5 GB/s against the ring's 11 GB/s link share: NCCL's "
-            "switches back to Ring fall 41-51 %; no nccl-tests file of such a node says what NCCL's Tree really "
-            "gets there")
+SHM_TREE = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches of an Intel socket: NCCL goes through "
+            "host memory between the pairs (SHM: P2P stops at PXB on Intel) and prices those hops at their PCIe "
+            "path bandwidth, so its Tree correction factors pick Tree at 16,760,832 B (and from 64 MiB); a tree "
+            "crosses each SHM hop both ways, so its GPUs load host memory while storing into it, and a channel's "
+            "256 broadcast threads (8 loads of 16 B in flight, 3.8 µs) in series with the link's duplex share "
+            "(0.85; H200 measurements, twin.model.shm) receive 4.5 GB/s against the ring's 11 GB/s link share: "
+            "NCCL's switch back to Ring at 16 MiB falls 41-43 %; no nccl-tests file of such a node says what "
+            "NCCL's Tree really gets there")
 NVLS_TREE_PROXY = ("two HGX B300 nodes: NVLS-Tree's 32 channels over 8 NICs put 4 channels on each GPU's proxy "
                    "thread, whose 4 posts per 32 KiB chunk step (NCCL's getNetOverhead, 1 µs each) outlast the "
                    "chunk's 2.2 µs at its link share, so NCCL's 32 → 64 KiB step at 16 MiB falls 21 %; no measurement "
@@ -170,7 +170,7 @@ KNOWN_MISSES = {
     ("hgx-b300:2x8", Op.ALLREDUCE): NVLS_TREE_PROXY,
     ("dgx-a100-80gb:2x8", Op.ALLREDUCE): A100_TREE,
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
-    **{(f"{p}:{n}", Op.ALLREDUCE): SHM_TREE for p in ("h100-nvl", "h100-pcie") for n in (4, 8)},
+    **{(f"{p}:4", Op.ALLREDUCE): SHM_TREE for p in ("h100-nvl", "h100-pcie")},
 }
 """Where rule (b) does not hold yet: thresholds of NCCL's whose effect the model still overstates
 (each an effect not yet modelled, docs/physics.md).  Strict: a fix makes its case fail here."""
