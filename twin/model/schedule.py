@@ -249,8 +249,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             # The channel's primitives run one after another, each at its own pace (below).
             cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
                                                                            nthreads, 1.0, params=params))
-        host = host_memory_gbps(geom, pattern, proto, nch, recv_threads)
-        cta_cap, cap = cap, np.minimum(cap, host)
+        host_gbps = host_memory_gbps(geom, pattern, proto, nch, recv_threads)
+        cta_cap, cap = cap, np.minimum(cap, host_gbps)
         gbps = np.minimum(share.gbps * rate_scale, cap)
         # A ring's or a chain's LL grain is one CTA pass in time: its lines at the CTA's rate,
         # however slowly the link then carries them (the receiver takes each line as it lands, and
@@ -288,9 +288,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # A one-node chain's first chunk crosses each hop at that hop's rate (``fill_gbps_scale``).
         # Across nodes the same holds, but is not applied yet: it moves the multi-node A100 and
         # EFA files other parts fit (docs/physics.md, "Pipeline fill at each hop's rate").
-        # Receives through host memory slow the hops through the CPU, a chain's slowest (``host``),
+        # Receives through host memory slow the hops through the CPU, a chain's slowest (``host_gbps``),
         # not its NVLink or in-switch hops, which fill at their own rate or the CTA's.
-        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), np.minimum(share.gbps * rate_scale, host), cta_cap)
+        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), np.minimum(share.gbps * rate_scale, host_gbps),
+                                cta_cap)
                 if shape == "pipeline" and pattern in ("tree", "chain") and geom.nnodes == 1 else 1.0)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
