@@ -10,6 +10,7 @@ import pytest
 
 from traces.task import Op
 from tuner.config import Algo, Proto, Transport
+from twin.des import CollectiveRun, simulate
 from twin.model.geometry import CommGeometry
 from twin.model.schedule import host_memory_gbps, schedule_for, tree_split
 from twin.model.shm import receive_gbps
@@ -75,3 +76,6 @@ def test_a_tree_of_bridged_pairs_receives_through_host_memory_at_the_duplex_rate
     assert tree.gbps < 0.5 * geom.share("tree", 4, Proto.SIMPLE).gbps
     assert ring.gbps <= geom.share("ring", 4, Proto.SIMPLE).gbps < host_memory_gbps(geom, "ring", Proto.SIMPLE, 4, 544)
     assert host_memory_gbps(geom, "tree", Proto.LL, 4, 640) == float("inf")
+    # Both engines step the bound schedule alike, and nccl-tests' back-to-back calls take it too.
+    assert simulate([CollectiveRun(tree)])[0] == pytest.approx(float(tree.time_us()), rel=1e-9)
+    assert float(tree.time_us()) <= float(tree.back_to_back_us(20)) < 1.5 * float(tree.time_us())
