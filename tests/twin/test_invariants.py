@@ -145,10 +145,14 @@ def switch_tolerance(before: Config, after: Config) -> float:
     return SWITCH_TOLERANCE
 
 
-PAIRS = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches: NCCL's tree correction factors keep Ring "
-         "to 64 MiB where the twin's Tree is 28 % faster (a chain crosses the root complex once each way with each "
-         "byte once, a ring 1.5 times one way; NCCL's own bandwidths before the corrections agree: Tree 36.8, Ring "
-         "26.7 GB/s); no measurement of such a node says what the late switch costs")
+SHM_TREE = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches of an Intel socket: NCCL goes through "
+            "host memory between the pairs (SHM: P2P stops at PXB on Intel) and prices those hops at their PCIe "
+            "path bandwidth, so its Tree correction factors pick Tree at 16,760,832 B (and from 64 MiB); a tree "
+            "crosses each SHM hop both ways, so its GPUs load host memory while storing into it, and a channel's "
+            "256 broadcast threads (8 loads of 16 B in flight, 3.8 µs) in series with the link's duplex share "
+            "(0.85; H200 measurements, twin.model.shm) receive 4.5 GB/s against the ring's 11 GB/s link share: "
+            "NCCL's switch back to Ring at 16 MiB falls 41-43 %; no nccl-tests file of such a node says what "
+            "NCCL's Tree really gets there")
 EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at 4-8 MiB where the twin's Ring LL128 "
             "waits on every one of its 30 steps for the busiest proxy's requests (p5/p5e: 8 isends and 8 irecvs of "
             "1.75 µs on AMD hosts, 64 channels over 16 GPUs; p5en: 4 and 4 of 1.5 µs), so time falls 50-65 %; "
@@ -163,7 +167,7 @@ GIB_A4_LL = ("two a4 VMs of 8 B200: Google's gIB tuner (tuner_config_a4.txtpb) k
 KNOWN_MISSES = {
     **{("gcp-a4:2x8", op): GIB_A4_LL for op in (Op.ALLGATHER, Op.REDUCESCATTER, Op.BROADCAST, Op.REDUCE)},
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
-    **{(f"{p}:4", Op.ALLREDUCE): PAIRS for p in ("h100-nvl", "h100-pcie")},
+    **{(f"{p}:4", Op.ALLREDUCE): SHM_TREE for p in ("h100-nvl", "h100-pcie")},
 }
 """Where rule (b) does not hold yet: thresholds of NCCL's whose effect the model still overstates
 (each an effect not yet modelled, docs/physics.md).  Strict: a fix makes its case fail here."""

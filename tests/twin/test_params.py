@@ -231,6 +231,10 @@ def probe(params: TwinParams) -> dict[str, float]:
     out["amd proxy"] = _time(amd, ar, 64 << 10, ring, simple)
     pcie = Communicator.first(load_cluster("l40s-pcie"), params=params)
     pcie_pair = Communicator.first(load_cluster("l40s-pcie", gpus_per_node=2), params=params)
+    # Two AMD GPUs on different sockets: NCCL goes peer to peer through the root complex (with more
+    # GPUs it goes through host memory, twin.model.shm).
+    across = Communicator(load_cluster("l40s-pcie"), ["n0/gpu0", "n0/gpu4"], params=params)
+    out["root complex p2p"] = _time(across, ag, 256 << 20, ring, simple, 16)
     for proto in Proto:
         out[f"pcie small {proto}"] = _time(pcie_pair, ar, 64 << 10, ring, proto)
         out[f"pcie large {proto}"] = _time(pcie_pair, ag, 256 << 20, ring, proto, 16)

@@ -44,6 +44,10 @@ class Flow:
     """Peer-to-peer traffic that a CPU root complex forwards: GPU to GPU with no PCIe switch
     between the ends, or a PCIe switch that redirects its peers' requests upstream (ACS) between
     two GPUs or, between nodes, a GPU and its NIC (GPUDirect RDMA on, bytes through the CPU)."""
+    host_memory: bool = False
+    """Inside a node, through host memory (NCCL's SHM transport, ``twin.model.shm``): the sender
+    stores into its peer's buffer in host memory and the receiver loads it from there, so the
+    root complex carries memory traffic, not forwarded peer requests (``via_cpu`` is False)."""
     gdr_send: bool = True
     """Between nodes: the sending NIC reads the GPU's memory directly (no CPU on the way)."""
     gdr_recv: bool = True
@@ -415,6 +419,7 @@ class CommGeometry:
         self._loads: dict[str, dict[int, _Load]] = {}
         self._shares: dict[tuple, ChannelShare] = {}
         self._latencies: dict[tuple[str, Proto], float] = {}
+        self._receivers: dict[str, tuple[tuple[bool, float], ...]] = {}  # host_memory_receivers
 
     def with_params(self, params: TwinParams) -> CommGeometry:
         """The same ranks with other physical constants (as its fabric kind sees them,
@@ -467,7 +472,8 @@ class CommGeometry:
         through_cpu = [graph.nodes[h.dst]["kind"] == "cpu" for h in hops[:-1]]
         net = [h.kind == "net" for h in hops]
         if not any(net):
-            return Flow(src, dst, hops, any(through_cpu))
+            staged = self._through_host_memory(src, dst, any(through_cpu))
+            return Flow(src, dst, hops, any(through_cpu) and not staged, host_memory=staged)
         first, last = net.index(True), len(net) - 1 - net[::-1].index(True)
         # GPUDirect RDMA needs the NIC within PCIe switches of the GPU (NCCL_NET_GDR_LEVEL=PXB); a
         # switch that redirects peer-to-peer requests keeps it on (NCCL reads only the PCIe tree)
@@ -724,6 +730,30 @@ class CommGeometry:
     @property
     def cpu_vendor(self) -> str:
         return self.cluster.cpu_vendor
+
+    def _through_host_memory(self, src: str, dst: str, through_cpu: bool) -> bool:
+        """Whether NCCL carries ``src`` → ``dst`` of one node through host memory (its SHM transport,
+        ``twin.model.shm``): forced (``Transport.SHM``), or where NCCL refuses peer to peer on a PCIe
+        path through the CPU's root complex: on every CPU but AMD with at most two GPUs
+        (``ncclTopoCheckP2p``, ``src/graph/paths.cc``).  A switch that redirects peer requests
+        upstream is unseen by NCCL, which stays peer to peer there (``Cluster.acs_redirects``)."""
+        if self.transport is Transport.SHM:
+            return True
+        return (self.transport is Transport.P2P and through_cpu and not self.cluster.acs_redirects(src, dst)
+                and not (self.cpu_vendor == "amd" and self.ppn <= 2))
+
+    def host_memory_receivers(self, pattern: str) -> tuple[tuple[bool, float], ...]:
+        """The GPUs that receive through host memory on the first two channels of ``pattern``
+        (trees alternate), each as (whether it also sends through host memory on that channel,
+        the raw rate of its PCIe link into the GPU)."""
+        if pattern not in self._receivers:
+            out = set()
+            for channel in range(2):
+                flows = [f for f in self.channel_flows(pattern, channel) if f.host_memory]
+                senders = {f.src for f in flows}
+                out |= {(f.dst in senders, f.hops[-1].bw) for f in flows}
+            self._receivers[pattern] = tuple(sorted(out))
+        return self._receivers[pattern]
 
     def channel_flows(self, pattern: str, channel: int) -> list[Flow]:
         """The flows of one channel of ``pattern`` (ring, tree, chain, nvls; pairs and sendrecv are

@@ -33,7 +33,8 @@ from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, lay
 from twin.model import dtree
 from twin.model.geometry import CommGeometry, LinkUse, LinkUses
 from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
-from twin.model.protocols import cta_copy_gbps
+from twin.model.protocols import cta_copy_gbps, store_efficiency
+from twin.model.shm import receive_gbps
 from twin.model.workfifo import work_fetch_us
 from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS
 from twin.nccl_model.select import ring_quantum_bytes
@@ -277,13 +278,15 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     unit = {Proto.LL: nthreads * LL_LINE_DATA_BYTES, Proto.LL128: LL128_UNIT_BYTES}.get(proto, chunk / 2)
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
-               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0
-               ) -> Schedule:
+               extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
+               recv_threads=nthreads) -> Schedule:
         share = geom.share(pattern, nch, proto)
         if phases:
             # The channel's primitives run one after another, each at its own pace (below).
             cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
                                                                            nthreads, 1.0, params=params))
+        host_gbps = host_memory_gbps(geom, pattern, proto, nch, recv_threads)
+        cta_cap, cap = cap, np.minimum(cap, host_gbps)
         gbps = np.minimum(share.gbps * rate_scale, cap)
         # A ring's or a chain's LL grain is one CTA pass in time: its lines at the CTA's rate,
         # however slowly the link then carries them (the receiver takes each line as it lands, and
@@ -326,7 +329,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # A one-node chain's first chunk crosses each hop at that hop's rate (``fill_gbps_scale``).
         # Across nodes the same holds, but is not applied yet: it moves the multi-node A100 and
         # EFA files other parts fit (docs/physics.md, "Pipeline fill at each hop's rate").
-        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), share.gbps * rate_scale, cap)
+        # Receives through host memory slow the hops through the CPU, a chain's slowest (``host_gbps``),
+        # not its NVLink or in-switch hops, which fill at their own rate or the CTA's.
+        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), np.minimum(share.gbps * rate_scale, host_gbps),
+                                cta_cap)
                 if shape == "pipeline" and pattern in ("tree", "chain") and geom.nnodes == 1 else 1.0)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
                         cap, scaled_links(share.links, rate_scale), pattern == "chain",
@@ -367,7 +373,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         cap = (tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct, params=params,
                              **_tree_net_children(geom))
                if op is Op.ALLREDUCE else copy)
-        return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap)
+        # Each hop of a tree is crossed both ways, up by the parent's reduce threads and down by the
+        # child's broadcast threads (``tree_split``): the smaller group receives the slower way.
+        return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap,
+                      recv_threads=np.minimum(*tree_split(proto, nthreads)))
     if algo is Algo.PAT:
         return shaped("rounds", "ring", max(1, math.ceil(math.log2(n))), n,
                       rate_scale=math.ceil(math.log2(n)) / (n - 1) if n > 1 else 1.0)
@@ -406,6 +415,20 @@ def fill_gbps_scale(ratios: Sequence[tuple[float, float]], link_gbps: float, cap
     """
     gbps = np.minimum(link_gbps, cap)
     return sum(w * gbps / np.minimum(link_gbps / ratio, cap) for w, ratio in ratios) if ratios else 1.0
+
+
+def host_memory_gbps(geom: CommGeometry, pattern: str, proto: Proto, nch: int, threads):
+    """A channel's rate as its receives through host memory bound it (``twin.model.shm``): each
+    receiving GPU's ``threads`` on every one of the ``nch`` channels, over the channels.  Simple
+    only: LL and LL128 poll flagged lines, which ``twin.model.shm`` does not describe."""
+    cap = np.inf
+    if proto is not Proto.SIMPLE:
+        return cap
+    payload = store_efficiency(proto, "pcie", params=geom.params)
+    for duplex, link_gbps in geom.host_memory_receivers(pattern):
+        cap = np.minimum(cap, receive_gbps(nch * threads, link_gbps * payload, duplex=duplex,
+                                           sm_version=geom.cluster.gpu.sm_version) / nch)
+    return cap
 
 
 def tree_split(proto: Proto, nthreads):

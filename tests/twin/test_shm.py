@@ -1,0 +1,81 @@
+"""NCCL's SHM transport inside a node: which hops go through host memory, and what the receiving
+GPU's loads of host memory cost (``twin.model.shm``), against the H200 measurements in
+``benchmarks/data``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from traces.task import Op
+from tuner.config import Algo, Proto, Transport
+from twin.des import CollectiveRun, simulate
+from twin.model.geometry import CommGeometry
+from twin.model.schedule import host_memory_gbps, schedule_for, tree_split
+from twin.model.shm import receive_gbps
+from twin.topology import load_cluster
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+
+
+def _rows(name: str) -> list[list[str]]:
+    return [line.split() for line in (DATA / name).read_text().splitlines() if line.strip() and line[0] != "#"]
+
+
+def _one_way_gbps() -> float:
+    """The H200's rate storing into host memory from its CTAs alone (``sm gpu->host`` rows)."""
+    return max(float(r[-2]) for r in _rows("h200-host-memory.txt") if r[:2] == ["sm", "gpu->host"])
+
+
+def test_the_receive_model_reproduces_the_h200_host_memory_measurements():
+    one_way = _one_way_gbps()
+    assert 50 < one_way < 56  # PCIe Gen5 x16
+    checked = 0
+    for pairs, threads, mode, read, *_ in _rows("h200-shm-duplex.txt")[:-1]:  # the last row: the check
+        measured = float(read)
+        if mode == "read-only" and measured > 0.75 * one_way:
+            continue  # the link, not the latency, bounds it
+        model = receive_gbps(int(pairs) * int(threads), one_way, duplex=mode == "coupled", sm_version=90)
+        assert model == pytest.approx(measured, rel=0.10), (pairs, threads, mode)
+        checked += 1
+    assert checked >= 15
+    # Loading while storing costs: every coupled run is slower than the same threads alone.
+    alone = {(p, t): float(r) for p, t, m, r, *_ in _rows("h200-shm-duplex.txt")[:-1] if m == "read-only"}
+    assert all(float(r) < alone[p, t] for p, t, m, r, *_ in _rows("h200-shm-duplex.txt")[:-1] if m == "coupled")
+
+
+def test_nccl_goes_through_host_memory_where_it_refuses_peer_to_peer():
+    nvl = CommGeometry(load_cluster("h100-nvl"), [f"n0/gpu{i}" for i in range(4)])
+    across = nvl.flow("n0/gpu1", "n0/gpu2")  # two switches of one Intel socket: PHB
+    bridged = nvl.flow("n0/gpu0", "n0/gpu1")
+    assert across.host_memory and not across.via_cpu and across.kind == "pcie"
+    assert not bridged.host_memory
+    l40s = load_cluster("l40s-pcie")  # AMD: peer to peer through the CPU with two GPUs only
+    two = CommGeometry(l40s, ["n0/gpu0", "n0/gpu4"]).flow("n0/gpu0", "n0/gpu4")
+    eight = CommGeometry(l40s).flow("n0/gpu3", "n0/gpu4")
+    same_switch = CommGeometry(l40s).flow("n0/gpu0", "n0/gpu1")
+    assert two.via_cpu and not two.host_memory
+    assert eight.host_memory and not eight.via_cpu
+    assert not same_switch.host_memory and not same_switch.via_cpu
+    forced = CommGeometry(l40s, ["n0/gpu0", "n0/gpu1"], Transport.SHM).flow("n0/gpu0", "n0/gpu1")
+    assert forced.host_memory and not forced.via_cpu
+
+
+def test_a_tree_of_bridged_pairs_receives_through_host_memory_at_the_duplex_rate():
+    """On 4 H100 NVL in 2 bridged pairs a tree's SHM hop is crossed both ways, so its GPUs load and
+    store host memory at once and the broadcast threads' loads bound the channel; a ring's
+    receivers there send over NVLink and are bound by their link share."""
+    geom = CommGeometry(load_cluster("h100-nvl"), [f"n0/gpu{i}" for i in range(4)])
+    assert geom.host_memory_receivers("tree") == ((True, 48.0),)
+    assert geom.host_memory_receivers("ring") == ((False, 48.0),)
+    tree = schedule_for(geom, Op.ALLREDUCE, 64 << 20, Algo.TREE, Proto.SIMPLE, 4, 640, 1 << 19)
+    ring = schedule_for(geom, Op.ALLREDUCE, 64 << 20, Algo.RING, Proto.SIMPLE, 4, 544, 1 << 21)
+    bound = host_memory_gbps(geom, "tree", Proto.SIMPLE, 4, min(tree_split(Proto.SIMPLE, 640)))
+    assert tree.gbps == pytest.approx(bound)
+    assert tree.gbps < 0.5 * geom.share("tree", 4, Proto.SIMPLE).gbps
+    assert ring.gbps <= geom.share("ring", 4, Proto.SIMPLE).gbps < host_memory_gbps(geom, "ring", Proto.SIMPLE, 4, 544)
+    assert host_memory_gbps(geom, "tree", Proto.LL, 4, 640) == float("inf")
+    # Both engines step the bound schedule alike, and nccl-tests' back-to-back calls take it too.
+    assert simulate([CollectiveRun(tree)])[0] == pytest.approx(float(tree.time_us()), rel=1e-9)
+    assert float(tree.time_us()) <= float(tree.back_to_back_us(20)) < 1.5 * float(tree.time_us())
