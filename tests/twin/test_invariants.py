@@ -150,11 +150,11 @@ PAIRS = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches: NCCL's t
          "byte once, a ring 1.5 times one way; NCCL's own bandwidths before the corrections agree: Tree 36.8, Ring "
          "26.7 GB/s); no measurement of such a node says what the late switch costs")
 EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at 4-8 MiB where the twin's Ring LL128 "
-            "waits on every one of its 30 steps for the busiest proxy's requests (p5/p5e: 8 isends and 8 irecvs of "
-            "1.75 µs on AMD hosts, 64 channels over 16 GPUs; p5en: 4 and 4 of 1.5 µs), so time falls 50-65 %; "
-            "aws-ofi-nccl's tuner, which NCCL loads from the net plugin and twin/nccl_model emulates, keeps NCCL's "
-            "choice on two nodes or fewer (nccl_ofi_regions.cpp since v1.15.0: 'the regions are not well defined "
-            "at two nodes')")
+            "waits on every one of its 30 steps for the busiest proxy's requests: 16 channels on NCCL's 8 net devices "
+            "(aws-ofi-nccl merges each GPU's rails into one), 2 a GPU, 2 isends and 2 irecvs of 1.75 µs on p5/p5e's "
+            "AMD hosts (1.5 on p5en), 232 µs flat from 4 to 16 MiB against the Tree's 159 at 8 MiB (32 %, p5en 36 % "
+            "at 4 MiB); aws-ofi-nccl's tuner keeps NCCL's choice on two nodes or fewer (nccl_ofi_regions.cpp since "
+            "v1.15.0: 'the regions are not well defined at two nodes')")
 KNOWN_MISSES = {
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
     **{(f"{p}:4", Op.ALLREDUCE): PAIRS for p in ("h100-nvl", "h100-pcie")},
