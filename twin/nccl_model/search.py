@@ -16,6 +16,7 @@ H800 (8 NVLinks)       8 × 20 GB/s         16          16: NVIDIA/nccl#892 ("16
 DGX H100, 8 GPUs       12 × 30 GB/s        24          none found; NVLS 8 heads, 16 NVLS channels
 3 × DGX H100           8 × 48 GB/s         16          16: NVIDIA/nccl#1453 ("Channel 00/16")
 2 × DGX A100           8 × 24 GB/s         16          none found (NIC PCIe Gen4 bound)
+2 × p5 (aws-ofi-nccl)  8 × 48 GB/s         16          none found (the plugin's 8 devices of 4 rails)
 1 GPU per node (A100)  1 × 24 GB/s         2           none found
 2 L40S, one switch     2 × 12 GB/s         4           none found
 =====================  ==================  ==========  ======================================
