@@ -261,6 +261,14 @@ class FabricKind:
     """The tuner NCCL ≥ 2.21.5 loads from the kind's net plugin by default (``TUNER_PLUGINS``;
     ``src/misc/tuner.cc``): ``aws-ofi-nccl`` on the libfabric kinds, whose tuner acts only on the
     AWS instances it knows (``twin.nccl_model.ofi_tuner``)."""
+    striped_rails: bool = False
+    """The net plugin presents the NICs nearest a GPU as one device of their summed speed and spreads
+    each message over them: aws-ofi-nccl's RDMA protocol, the default on p5/p5e/p5en
+    (``platform_data_map``'s ``PROTOCOL::RDMA``, ``src/platform-aws.cpp``), groups the NICs by GPU
+    locality (``nccl_ofi_topo.cpp``), reports the first rail's speed times the group's size
+    (``getProperties``, ``nccl_ofi_rdma.cpp``) and stripes a message of ``OFI_NCCL_MIN_STRIPE_SIZE``
+    (128 KiB) or more over the rails, smaller ones to the rails in turn (``nccl_ofi_scheduler.cpp``;
+    aws-ofi-nccl master 2daf7d30)."""
     times: str = ""
     """The kind whose times and line-rate share (``TwinParams.fabric``) this one shares; empty: its
     own (a kind that differs from another only in how NCCL may drive it)."""
@@ -316,7 +324,7 @@ _FABRIC_KINDS = (
                sources=("AWS, 'Elastic Fabric Adapter' (EC2 user guide): OS bypass, SRD, GPUDirect RDMA on p4d/p5",
                         "aws/aws-ofi-nccl: the libfabric net plugin, RDMA protocol striping over the EFA rails",
                         *_AWS_OFI),
-               reported_latency_us=_AWS_OFI_LATENCY_US, tuner_plugin="aws-ofi-nccl"),
+               reported_latency_us=_AWS_OFI_LATENCY_US, tuner_plugin="aws-ofi-nccl", striped_rails=True),
     FabricKind("efa-v1", "AWS Elastic Fabric Adapter v1 (SRD, libfabric; p4d, p4de)", "aws-ofi-nccl plugin", True,
                (("NCCL_PROTO", "Simple"),),
                ("AWS, 'Elastic Fabric Adapter' (EC2 user guide): first-generation EFA on p4d/p4de, 4x 100 Gb/s",

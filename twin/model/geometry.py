@@ -67,7 +67,7 @@ class Flow:
         proxy path (``netpath``) plus the fabric's switches and cables."""
         if self.kind != "net":
             return hop_latency_us(proto, self.kind, params)
-        fabric = sum(h.lat_us for h in self.hops if h.kind == "net")
+        fabric = sum(h.lat_us * h.share for h in self.hops if h.kind == "net")  # one rail's, when striped
         return net_step_latency_us(proto, fabric_us=fabric, cpu_vendor=cpu_vendor, gdr_send=self.gdr_send,
                                    gdr_recv=self.gdr_recv, params=params)
 
@@ -201,7 +201,7 @@ def _hop_uses(flows: list[list]) -> dict:
         dma = f.kind == "net"
         for h in f.hops:
             key = h, dma, _forwarded(f, h)
-            uses[key] = uses.get(key, 0) + copies
+            uses[key] = uses.get(key, 0) + copies * h.share
     return uses
 
 
@@ -409,7 +409,10 @@ class CommGeometry:
                                 f"{sorted(len(v) for v in self._by_host.values())}")
         self._hosts = list(self._by_host.values())
         self._host_rank = {gpu: h for h, gpus in enumerate(self._hosts) for gpu in gpus}
-        self._nics = [cluster.channel_nics(gpus) for gpus in self._hosts] if len(self._hosts) > 1 else None
+        # A striping plugin's device is named by its first rail (``Cluster.rails``): NCCL's channels
+        # take the devices in turn, each channel's flows spread over the device's rails.
+        self._nics = ([list(dict.fromkeys(cluster.rails(n)[0] for n in cluster.channel_nics(gpus)))
+                       for gpus in self._hosts] if len(self._hosts) > 1 else None)
         self._flow = lru_cache(maxsize=None)(self._flow_uncached)
         self._orders: dict[tuple[int, int], list[str]] = {}
         self._chains: dict[tuple, list[str]] = {}  # tree chains by host shape and ring order
@@ -451,7 +454,7 @@ class CommGeometry:
     def _route(self, src: str, dst: str, nics: tuple[str, str] | None) -> tuple:
         c = self.cluster
         if c.host_of(src) != c.host_of(dst):
-            return tuple(c.route(src, dst) if nics is None else c.nic_route(src, dst, *nics))
+            return tuple(c.route(src, dst) if nics is None else c.striped_route(src, dst, *nics))
         if self.transport is Transport.P2P:
             return tuple(c.route(src, dst))
         if self.transport is Transport.SHM:
@@ -664,23 +667,22 @@ class CommGeometry:
         (one per GPU with a NIC of its own: the NVLS graph's channels), and head ``h`` sends its
         part to head ``h`` of its parent node and back, from its own NIC (``connectNvls``,
         ``src/graph/connect.cc``; ``getNvlsNetDev``, ``src/graph/search.cc`` @ v2.28.9-1), on
-        NCCL's double binary tree, channel ``c`` on tree ``c % 2`` (``twin.model.dtree``).  A
-        channel's flows each carry
-        its whole payload here, so channel ``c`` crosses at head ``c mod heads``, from that
-        head's local NICs in turn: over the channels every head carries its share on its own
-        rails, as aws-ofi-nccl stripes a head's messages over a p5 GPU's four EFA rails.
+        NCCL's double binary tree, channel ``c`` on tree ``c % 2`` (``twin.model.dtree``).
+        Channel ``c`` crosses at head ``c mod heads``, from that head's local NICs in turn; where
+        the net plugin merges a GPU's rails into one device (aws-ofi-nccl on a p5: four EFA rails),
+        from that device, its flows spread over the rails (``Cluster.striped_route``).
 
         >>> from twin.topology import load_cluster
         >>> geom = CommGeometry(load_cluster("aws-p5", nodes=2))
         >>> [(f.src, next(h.src for h in f.hops if h.kind == "net")) for c in (0, 3, 11)
         ...  for f in geom.nvls_tree_flows(c)[:1]]
-        [('n1/gpu0', 'n1/nic0'), ('n0/gpu3', 'n0/nic12'), ('n0/gpu3', 'n0/nic13')]
+        [('n1/gpu0', 'n1/nic0'), ('n0/gpu3', 'n0/nic12'), ('n0/gpu3', 'n0/nic12')]
         """
         heads = [self._hosts[n][channel % self.ppn] for n in range(self.nnodes)]
 
         def nic(gpu: str) -> str:
             rails = self.cluster.local_nics(gpu)
-            return rails[channel // self.ppn % len(rails)]
+            return self.cluster.rails(rails[channel // self.ppn % len(rails)])[0]
 
         flows = []
         for node, child in enumerate(heads):
@@ -860,7 +862,7 @@ class CommGeometry:
             count: dict[tuple[str, str], int] = {}
             for f in flows:
                 for h in f.hops:
-                    count[h.src, h.dst] = count.get((h.src, h.dst), 0) + 1
+                    count[h.src, h.dst] = count.get((h.src, h.dst), 0) + h.share
 
             def rate(f: Flow) -> float:
                 return min(h.bw * _use_efficiency(proto, (h.kind, f.kind == "net", _forwarded(f, h)), self.params)

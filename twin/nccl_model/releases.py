@@ -72,6 +72,7 @@ class ReleaseFacts:
     ll128_archs: tuple[int, ...] | None  # sm versions with LL128 by default; None: every sm ≥ 70
     ll128_pxn_hopper: bool  # Hopper+ accept NICs through PXN for LL128
     ll128_intra_nvb: bool  # LL128 also over NVB (else NVL only)
+    pxn: bool  # a GPU sends to a NIC through the NIC's nearest GPU over NVLink (PXN, paths.cc)
     net_overhead: bool  # 1 µs (2 on AMD) per network step, ≥ 2.18
     tree_split_factor: bool  # Tree ×0.85 when the search fell back to plain trees
     max_channels: int  # MAXCHANNELS
@@ -113,7 +114,7 @@ _SPEEDS_2_10 = ((44.0, 30.0, 22.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4
 CHANGES: tuple[tuple[Version, str, dict], ...] = (
     ((2, 8, 3), "src/graph/tuning.cc, src/include/devcomm.h @ v2.8.4-1", dict(
         algorithms=("tree", "ring", "collnet_chain"),  # 2.8's CollNet: a chain up to the head, then the net
-        algo_names=("Tree", "Ring", "CollNet"), gather_algos=("ring",),
+        algo_names=("Tree", "Ring", "CollNet"), gather_algos=("ring",), pxn=False,
         env_prefixes=False,
         base_lat=_lat((4.4, 4.4, 0.0), (3.6, 10.0, 8.4), cnc=(4.4, 4.4, 0.0)),
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 4.0)),
@@ -156,7 +157,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
     )),
     ((2, 12, 7), "src/graph/tuning.cc, src/graph/paths.cc @ v2.12.7-1 (NET Ring/Simple 9.6 -> 28 µs; "
                  "NCCL_NCHANNELS_PER_NET_PEER, default 2)", dict(
-        net_peer_channels=2,
+        net_peer_channels=2, pxn=True,
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 8.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), cnc=(1.0, 1.9, 8.0)),
                 _lat((5.0, 8.5, 28.0), (2.7, 4.0, 28.0), cnc=(5.0, 5.0, 10.7))),

@@ -16,6 +16,7 @@ H800 (8 NVLinks)       8 × 20 GB/s         16          16: NVIDIA/nccl#892 ("16
 DGX H100, 8 GPUs       12 × 30 GB/s        24          none found; NVLS 8 heads, 16 NVLS channels
 3 × DGX H100           8 × 48 GB/s         16          16: NVIDIA/nccl#1453 ("Channel 00/16")
 2 × DGX A100           8 × 24 GB/s         16          none found (NIC PCIe Gen4 bound)
+2 × p5 (aws-ofi-nccl)  8 × 48 GB/s         16          none found (the plugin's 8 devices of 4 rails)
 1 GPU per node (A100)  1 × 24 GB/s         2           none found
 2 L40S, one switch     2 × 12 GB/s         4           none found
 =====================  ==================  ==========  ======================================
@@ -135,11 +136,14 @@ def _host_searches(cluster: Cluster, host, gpus: list[str], inter: bool, sm: int
     if alike not in signatures:
         signatures[alike] = _host_signature(graph, host, gpus)
     max_channels = release.max_channels  # MAXCHANNELS: 32 before 2.25, 64 after
-    key = (signatures[alike], inter, sm, vendor, max_channels, release.search_speeds, release.sm80_nvlink_bw)
+    striped = inter and cluster.fabric.striped_rails
+    key = (signatures[alike], inter, striped, sm, vendor, max_channels, release.search_speeds,
+           release.sm80_nvlink_bw, release.pxn)
     if key not in _SEARCHES:  # identical hosts (and repeated calls) search alike
         if len(_SEARCHES) >= _CACHE_SIZE:
             _SEARCHES.pop(next(iter(_SEARCHES)))
-        system = build_system(graph, host, gpus, inter, sm, vendor, release.sm80_nvlink_bw)
+        devices = {rails[0]: len(rails) for rails in map(cluster.rails, cluster.nics(host))} if striped else None
+        system = build_system(graph, host, gpus, inter, sm, vendor, release.sm80_nvlink_bw, devices, release.pxn)
         lists = release.search_speeds
         ring = compute(system, RING, 1, max_channels // 2, lists)
         tree = compute(system, BALANCED_TREE, ring.nchannels, ring.nchannels, lists)
@@ -149,10 +153,14 @@ def _host_searches(cluster: Cluster, host, gpus: list[str], inter: bool, sm: int
 
 
 def build_system(graph, host, gpus: list[str], inter: bool, sm: int, vendor: str,
-                 sm80_nvlink_bw: float | None = None) -> NodeSystem:
+                 sm80_nvlink_bw: float | None = None, devices: dict[str, int] | None = None,
+                 pxn: bool = False) -> NodeSystem:
     """NCCL's view of ``host``: the communicator's GPUs there, switches, CPUs, NICs if ``inter``
-    (A100 NVLinks at the release's ``sm80_nvlink_bw`` when given)."""
-    system = NodeSystem(sm, vendor)
+    (A100 NVLinks at the release's ``sm80_nvlink_bw`` when given).  ``devices``: where the net
+    plugin merges rails (``Cluster.rails``), each device's first NIC with its rails; NCCL sees that
+    NIC alone, at the rails' summed speed (aws-ofi-nccl's ``getProperties``), and no other rail.
+    ``pxn``: paths to a NIC through its nearest GPU (``ReleaseFacts.pxn``)."""
+    system = NodeSystem(sm, vendor, pxn)
     keep = set(gpus)
     order = sorted(gpus, key=lambda g: graph.nodes[g].get("local", 0))
     for i, name in enumerate(order):
@@ -165,7 +173,8 @@ def build_system(graph, host, gpus: list[str], inter: bool, sm: int, vendor: str
         ka, kb = _KIND.get(na.get("kind")), _KIND.get(nb.get("kind"))
         if ka is None or kb is None or (ka == "gpu" and a not in keep) or (kb == "gpu" and b not in keep):
             continue
-        if "nic" in (ka, kb) and not inter:
+        nic = a if ka == "nic" else b
+        if "nic" in (ka, kb) and (not inter or (devices is not None and nic not in devices)):
             continue
         node_a = system.add("nvs" if ka == "nvs" else a, ka)
         node_b = system.add("nvs" if kb == "nvs" else b, kb)
@@ -180,7 +189,7 @@ def build_system(graph, host, gpus: list[str], inter: bool, sm: int, vendor: str
     if inter:
         nics = sorted((n for n in system.of_kind("nic")), key=lambda n: graph.nodes[n.name].get("local", 0))
         for i, nic in enumerate(nics):
-            rate = graph.nodes[nic.name]["gbps"] / 8.0
+            rate = graph.nodes[nic.name]["gbps"] / 8.0 * (devices[nic.name] if devices is not None else 1)
             net = system.add(f"{nic.name}/net", "net", index=i, net_bw=rate)
             system.connect(nic, net, "net", rate)
     system.compute_paths()

@@ -9,7 +9,7 @@ NICs are NCCL's breadth-first paths (fewest hops, then widest) with NCCL's path 
 (NVL, NVB, PIX, PXB, PHB, SYS).  Cluster ``pcie`` and ``cpu`` edge bandwidths are taken
 as already in NCCL's units (``twin.hardware.pcie_gbps`` / ``socket_link_gbps``).
 
-Not modelled: PXN (reaching a NIC through an NVLink peer), C2C, GPU Direct RDMA limits,
+Not modelled: C2C, GPU Direct RDMA limits,
 Power/Volta reverse-bandwidth accounting, NIC port merging.
 """
 
@@ -70,9 +70,11 @@ class Path:
 class NodeSystem:
     """The NCCL view of one host: nodes, directed links and precomputed paths."""
 
-    def __init__(self, sm_version: int, cpu_vendor: str) -> None:
+    def __init__(self, sm_version: int, cpu_vendor: str, pxn: bool = False) -> None:
         self.sm_version = sm_version
         self.cpu_vendor = cpu_vendor
+        self.pxn = pxn
+        """Paths through an NVLink peer to its NIC (``ReleaseFacts.pxn``)."""
         self.nodes: dict[str, Node] = {}
         self.paths: dict[tuple[Node, Node], Path] = {}
 
@@ -131,6 +133,25 @@ class NodeSystem:
                 a, b = self.paths.get((src, cpu)), self.paths.get((cpu, dst))
                 if a and b:  # no GPU Direct P2P: go through the CPU's memory
                     self.paths[src, dst] = Path(a.links + b.links, min(a.bw, b.bw), max(a.type, b.type))
+        if self.pxn:
+            self._pxn_paths()
+
+    def _pxn_paths(self) -> None:
+        """PXN (``ncclTopoComputePaths``, ``src/graph/paths.cc``, NCCL ≥ 2.12): a GPU sends to a NIC
+        through the NIC's nearest GPU when that GPU reaches the NIC within a PCIe switch (PXB) and
+        this one over NVLink, and the relay is faster or avoids the CPU (GPU → NIC only)."""
+        for net in self.nets:
+            locals_, _ = self.local(net, "gpu")
+            peer = locals_[0] if locals_ else None
+            out = self.paths.get((peer, net)) if peer is not None else None
+            if out is None or out.type > PathType.PXB:
+                continue
+            for gpu in self.gpus:
+                own, hop = self.paths.get((gpu, net)), self.paths.get((gpu, peer))
+                if gpu is peer or own is None or hop is None or hop.type > PathType.NVL:
+                    continue
+                if out.bw > own.bw or own.type > PathType.PXN:
+                    self.paths[gpu, net] = Path(hop.links + out.links, min(hop.bw, out.bw), PathType.PXN)
 
     def local_cpu(self, gpu: Node) -> Node | None:
         cpus = [(p.type, -p.bw, c.index, c) for c in self.of_kind("cpu") if (p := self.paths.get((gpu, c)))]

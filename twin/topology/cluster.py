@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 import networkx as nx
@@ -48,6 +48,9 @@ class Hop:
     kind: str
     bw: float
     lat_us: float
+    share: float = 1.0
+    """The part of its flow's payload the hop carries: ``1/n`` on each of the ``n`` rails a
+    striping net plugin spreads a channel's messages over (``Cluster.striped_route``)."""
 
 
 class Cluster:
@@ -104,6 +107,7 @@ class Cluster:
         self._switch_routes: dict[tuple[frozenset, frozenset], list[list[str]]] = {}  # by the NICs' switches
         self._pcie: dict[tuple, list[str]] = {}  # by (src, dst), or by (host shape, local names)
         self._local: dict[str, list[str]] = {}
+        self._rails: dict[str, list[str]] = {}
         self._host_parts: dict[int, list[str]] | None = None
         self._shapes: dict[str, int] = {}
         self._shape_of: dict[int, int | None] = {}
@@ -246,6 +250,16 @@ class Cluster:
                                            + self._from_nic(nic_dst, dst_gpu)[1:])
         return list(self._routes[key])
 
+    def striped_route(self, src_gpu: str, dst_gpu: str, nic_src: str, nic_dst: str) -> list[Hop]:
+        """``nic_route`` over every rail of the two NICs' devices (``rails``), rail ``i`` to rail
+        ``i``, each hop carrying its rail's share of the payload (``Hop.share``); one rail's route
+        where the devices are single NICs."""
+        pairs = list(zip(self.rails(nic_src), self.rails(nic_dst), strict=False))
+        if len(pairs) == 1:
+            return self.nic_route(src_gpu, dst_gpu, nic_src, nic_dst)
+        return [replace(h, share=h.share / len(pairs))
+                for a, b in pairs for h in self.nic_route(src_gpu, dst_gpu, a, b)]
+
     def _to_nic(self, gpu: str, nic: str) -> list[str]:
         """The bytes' way from ``gpu`` to ``nic``: straight over PCIe (or PXN) when the fabric's NIC
         moves GPU memory, else staged in the memory of the GPU's CPU (NCCL's Socket transport),
@@ -311,6 +325,29 @@ class Cluster:
         if gpu not in self._local:
             self._local[gpu] = self._nearest(self._check_gpu(gpu), self.nics(self.host_of(gpu)))
         return list(self._local[gpu])
+
+    def rails(self, nic: str) -> list[str]:
+        """The NICs the net plugin presents to NCCL as one device with ``nic``, in NIC order:
+        ``nic`` alone unless the fabric stripes over rails (``FabricKind.striped_rails``), where
+        the NICs nearest a GPU are split evenly over the GPUs nearest them (aws-ofi-nccl's
+        grouping by GPU locality, ``nccl_ofi_topo.cpp``).
+
+        >>> from twin.topology import load_cluster
+        >>> p5 = load_cluster("aws-p5", nodes=1)
+        >>> [n.split("/")[1] for n in p5.rails("n0/nic5")]
+        ['nic4', 'nic5', 'nic6', 'nic7']
+        """
+        if not self.fabric.striped_rails:
+            return [nic]
+        if nic not in self._rails:
+            gpus = self._nearest(nic, self._by_host[GPU, self.graph.nodes[nic]["host"]])
+            near = self.local_nics(gpus[0])
+            size = -(-len(near) // len(gpus))
+            for i in range(0, len(near), size):
+                for n in near[i:i + size]:
+                    self._rails[n] = near[i:i + size]
+            self._rails.setdefault(nic, [nic])
+        return list(self._rails[nic])
 
     def channel_nic(self, gpu: str, channel: int, gpus: list[str]) -> str:
         """The NIC channel ``channel`` of ``gpu`` prefers, when ``gpus`` (its host's GPUs of the

@@ -111,16 +111,17 @@ def test_nccl_runs_the_plugins_pair_where_it_names_one_and_its_own_choice_elsewh
 
 
 def test_the_nccl_release_decides_whether_the_plugin_is_loaded_and_how_it_answers():
-    comm = info("aws-p5", 4)  # 64 MiB: the plugin says Ring LL128, NCCL's own tables Tree LL128
-    choice = {v: nccl_choice(dataclasses.replace(comm, nccl_version=v), Op.ALLREDUCE, 64 << 20)
+    comm = info("aws-p5", 4)  # 1 GiB: the plugin says Ring LL128, NCCL's own tables Ring Simple (2.20) or NVLS-Tree
+    choice = {v: nccl_choice(dataclasses.replace(comm, nccl_version=v), Op.ALLREDUCE, 1 << 30)
               for v in ((2, 20, 5), (2, 21, 5), (2, 28, 9))}
-    assert [(c.algo, c.proto) for c in choice.values()] == [(Algo.TREE, Proto.LL128)] + [(Algo.RING, Proto.LL128)] * 2
+    assert [(c.algo, c.proto) for c in choice.values()] == [(Algo.RING, Proto.SIMPLE)] + [(Algo.RING, Proto.LL128)] * 2
     # v3 passes over a region NCCL_ALGO took away; v2 declines under NCCL_ALGO altogether
-    tree_only = nccl_choice(dataclasses.replace(comm, algo_env="Tree"), Op.ALLREDUCE, 64 << 20)
+    tree_only = nccl_choice(dataclasses.replace(comm, algo_env="Tree"), Op.ALLREDUCE, 1 << 30)
     assert tree_only.algo is Algo.TREE  # the Ring regions are passed over: NCCL's own Tree
-    v2 = nccl_choice(dataclasses.replace(comm, nccl_version=(2, 21, 5), algo_env="Tree,Ring"), Op.ALLREDUCE, 64 << 20)
+    v2 = nccl_choice(dataclasses.replace(comm, nccl_version=(2, 21, 5), algo_env="Tree,Ring"), Op.ALLREDUCE, 1 << 30)
     assert (v2.algo, v2.proto) == (choice[(2, 20, 5)].algo, choice[(2, 20, 5)].proto)
-    assert nccl_choice(dataclasses.replace(comm, instance="p4d.24xlarge"), Op.ALLREDUCE, 64 << 20).algo is Algo.TREE
+    p4d = nccl_choice(dataclasses.replace(comm, instance="p4d.24xlarge"), Op.ALLREDUCE, 1 << 30)
+    assert (p4d.algo, p4d.proto) == (Algo.NVLS_TREE, Proto.SIMPLE)  # no tables for p4d: NCCL's own
 
 
 def test_the_efa_presets_load_the_plugin_with_their_instance_and_others_none():
@@ -147,7 +148,7 @@ def test_a_description_can_turn_the_plugin_off_and_a_wrong_name_is_one_line_exit
     off = load_cluster(write_p5(tmp_path, "tuner: none,"), nodes=4)
     assert off.nccl_tuner == ("none", "p5.48xlarge")
     comm = Communicator.first(off).nccl
-    assert nccl_choice(comm, Op.ALLREDUCE, 64 << 20).algo is Algo.TREE  # NCCL's own choice
+    assert nccl_choice(comm, Op.ALLREDUCE, 1 << 30).algo is Algo.NVLS_TREE  # NCCL's own choice
     shown = subprocess.run([sys.executable, "-m", "ccltwin", "topology", "show", str(tmp_path / "p5.yaml")],
                            capture_output=True, text=True, check=True).stdout
     assert "tuner      none (NCCL's own choice)" in shown
