@@ -154,11 +154,13 @@ SHM_TREE = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches of an 
             "NCCL's switch back to Ring at 16 MiB falls 41-43 %; no nccl-tests file of such a node says what "
             "NCCL's Tree really gets there")
 EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at 4-8 MiB where the twin's Ring LL128 "
-            "waits on every one of its 30 steps for the busiest proxy's requests: 16 channels on NCCL's 8 net devices "
-            "(aws-ofi-nccl merges each GPU's rails into one), 2 a GPU, 2 isends and 2 irecvs of 1.75 µs on p5/p5e's "
-            "AMD hosts (1.5 on p5en), 232 µs flat from 4 to 16 MiB against the Tree's 159 at 8 MiB (32 %, p5en 36 % "
-            "at 4 MiB); aws-ofi-nccl's tuner keeps NCCL's choice on two nodes or fewer (nccl_ofi_regions.cpp since "
-            "v1.15.0: 'the regions are not well defined at two nodes')")
+            "is paced by the busiest proxy's requests: 16 channels on NCCL's 8 net devices (aws-ofi-nccl merges each "
+            "GPU's rails into one), 2 a GPU, 2 isends and 2 irecvs a step of 1.75 µs on p5/p5e's AMD hosts (1.5 on "
+            "p5en), 246 µs at 8 MiB against the Tree's 139-159 (35-43 %; p5en 40 % at 4 MiB); and NCCL's NVLS-Tree "
+            "64 → 128 KiB chunk step at 64 MiB falls 24-33 % (chunk-only tolerance 10 %), its 64 KiB steps bound by "
+            "the same requests; each request's EFA cost (fabric.efa.message_us, 1.25 µs) is first-generation EFA's "
+            "(libfabric tagged RDM on c5n), no public figure gives aws-ofi-nccl's RDMA protocol on EFA v2+; "
+            "aws-ofi-nccl's tuner keeps NCCL's choice on two nodes or fewer (nccl_ofi_regions.cpp since v1.15.0)")
 GIB_A4_LL = ("two a4 VMs of 8 B200: Google's gIB tuner (tuner_config_a4.txtpb) keeps Ring LL on 8 channels up to "
              "256 KiB per rank (4 MiB of AllGather over 16 ranks) and Ring LL128 on 16 above, where the twin's LL on 8 "
              "channels is bound by their LL line rate (78 µs at 4 MiB against 42 at 2 MiB; Broadcast and Reduce 107) "
