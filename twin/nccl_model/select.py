@@ -68,16 +68,12 @@ class NcclChoice:
 
 
 def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32") -> NcclChoice:
-    """What NCCL does for ``op`` of ``nbytes`` on this communicator: stock NCCL, or with the tuner
-    config ``info.tuner_config`` names (its pick made free in the cost table, ``twin.nccl_model.gib_tuner``)."""
+    """What NCCL does for ``op`` of ``nbytes`` on this communicator: stock NCCL, or what its tuner
+    config or net plugin's tuner makes it run (``plugin_pair``)."""
     if op in POINT_TO_POINT:
         return _p2p_choice(info, op, nbytes)
     table = cost_table(info, op, nbytes, dtype=dtype)
-    rule = _tuner_rule(info, op, nbytes)
-    if rule is not None and table.get((rule.algo, rule.proto), -1.0) >= 0.0:
-        best = cheapest({**table, (rule.algo, rule.proto): 0.0})
-    else:
-        best = plugin_pair(info, op, nbytes, table) or cheapest(table)
+    best = plugin_pair(info, op, nbytes, table) or cheapest(table)
     if best is None:
         envs = (("NCCL_ALGO", info.algo_env), ("NCCL_PROTO", info.proto_env))
         env = "".join(f" {k}={v}" for k, v in envs if v)
@@ -92,9 +88,13 @@ def nccl_choice(info: NcclCommInfo, op: Op, nbytes: int, dtype: str = "float32")
 
 def plugin_pair(info: NcclCommInfo, op: Op, nbytes: int,
                 table: dict[tuple[Algo, Proto], float]) -> tuple[Algo, Proto] | None:
-    """The (algorithm, protocol) the communicator's tuner plugin makes NCCL run, or None where
-    NCCL keeps its own choice (no plugin, an NCCL that loads none by default, or the plugin
-    declines: :mod:`twin.nccl_model.ofi_tuner`)."""
+    """The (algorithm, protocol) the communicator's tuner makes NCCL run, or None where NCCL keeps
+    its own choice: a tuner config's rule (:mod:`twin.nccl_model.gib_tuner`), its pick made free
+    in the cost table where NCCL offers it; else the net plugin's tuner (none, an NCCL that loads
+    none by default, or the plugin declines: :mod:`twin.nccl_model.ofi_tuner`)."""
+    rule = _tuner_rule(info, op, nbytes)
+    if rule is not None and table.get((rule.algo, rule.proto), -1.0) >= 0.0:
+        return cheapest({**table, (rule.algo, rule.proto): 0.0})
     platform = PLATFORMS.get(info.instance or "")
     if info.tuner != "aws-ofi-nccl" or platform is None or info.nccl_version < FIRST_NCCL:
         return None
