@@ -808,7 +808,8 @@ class CommGeometry:
             # channel's network hop waits for the others' posts on top of its own.
             proxy = load.busiest_proxy_work_us(proto, needs_flush(self.cluster.gpu.sm_version, self.cpu_vendor),
                                                self.cpu_vendor, self.params)
-            queue = max(0.0, proxy - proxy_post_us(self.cpu_vendor, self.params))
+            post = proxy_post_us(self.cpu_vendor, self.params)
+            queue = max(0.0, proxy - post)
             if pattern in _SAME_ON_EVERY_CHANNEL:
                 flows = self.channel_flows(pattern, 0)
                 step = max((f.latency_us(proto, self.cpu_vendor, self.params) for f in flows), default=0.0)
@@ -824,7 +825,7 @@ class CommGeometry:
                 # and the last post's hop then takes the rest of its latency.
                 hop = max((self.hop_latency_us(f, proto) for f in self.channel_flows(pattern, 0) if f.kind == "net"),
                           default=0.0)
-                lag = max(0.0, hop - proxy_post_us(self.cpu_vendor, self.params))
+                lag = max(0.0, hop - post)
             links, gbps = load.links(proto, self.params)
             # A full pipeline's chunks follow each other no faster than the busiest thread's work
             # per step; the waits on a step's path overlap (``NCCL_STEPS`` in flight).
