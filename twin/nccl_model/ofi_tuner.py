@@ -117,14 +117,14 @@ def _build(extended: dict, table: tuple) -> tuple[Region, ...]:
     ends = {name: _extend((_log2(c[0]), _log2(c[1])), (_log2(c[2]), _log2(c[3])))
             for name, c in extended.items()}
 
-    def coord(v, axis: int) -> float:
+    def coord(v) -> float:
         if isinstance(v, str):
             name, _, which = v.partition(".")
             return ends[name]["xy".index(which)]
         return _log2(float(v))
 
     def point(v) -> tuple[float, float]:
-        return ends[v] if isinstance(v, str) else (coord(v[0], 0), coord(v[1], 1))
+        return ends[v] if isinstance(v, str) else (coord(v[0]), coord(v[1]))
 
     return tuple(Region(Algo(algo), Proto(proto), tuple(point(v) for v in vertices))
                  for algo, proto, vertices in table)
