@@ -49,7 +49,7 @@ optimizer phase whose name says ``clip`` as gradient clipping, ``scale`` or
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from traces.errors import CcltwinError
 from traces.schema import ComputeEvent, Trace
@@ -131,6 +131,12 @@ def shape_us(gpu: GpuSpec, cost: PhaseCost, *, busy_sms: int = 0, params: TwinPa
     return None
 
 
+def _costed(base: PhaseCost, gpu_us: float, host_us: float, hbm_bytes: float | None) -> PhaseCost:
+    """``base`` with these times and memory traffic: ``dataclasses.replace`` without its look at
+    the fields on every call (a replay costs every compute phase of its trace)."""
+    return PhaseCost(gpu_us, host_us, base.category, base.shape, base.dtype, hbm_bytes, base.backward)
+
+
 def trace_gpu(trace: Trace) -> GpuSpec | None:
     """The GPU model the trace was measured on, when its metadata names a known one."""
     meta = trace.metadata
@@ -206,14 +212,14 @@ class ComputeTimer:
                          backward="backward" in name or "bwd" in name)
         if event.category == "host":
             host = event.host_us if event.host_us is not None else measured
-            return replace(base, host_us=self._framework_host_us(event) if host is None else host, hbm_bytes=0.0)
+            return _costed(base, 0.0, self._framework_host_us(event) if host is None else host, 0.0)
         modelled = self._model(base, event, self.gpu)
         if modelled is None:
             if measured is None:
                 self.untimed += 1
             elif self.source is None or self.source.model != self.gpu.model:
                 self.kept_as_measured += 1
-            return replace(base, gpu_us=measured or 0.0)
+            return _costed(base, measured or 0.0, base.host_us, None)
         gpu_us, hbm = modelled
         gpu_us = max(gpu_us, event.kernels * kernels.floor_us)
         host = event.host_us
@@ -223,7 +229,7 @@ class ComputeTimer:
         elif measured is None and host is None:
             per_kernel = kernels.megatron_host_us_per_kernel if self._megatron else kernels.host_us_per_kernel
             host = event.kernels * per_kernel / self.host_speed
-        return replace(base, gpu_us=gpu_us, host_us=host or 0.0, hbm_bytes=hbm)
+        return _costed(base, gpu_us, host or 0.0, hbm)
 
     def _model(self, base: PhaseCost, event: ComputeEvent, gpu: GpuSpec) -> tuple[float, float | None] | None:
         """(GPU µs, memory traffic) of the phase on ``gpu`` from rules 1-2, or ``None``."""

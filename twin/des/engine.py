@@ -79,5 +79,8 @@ def lumped_cap_gbps(s: Schedule, copy_scale: float = 1.0) -> float:
     ``copy_scale`` scales what the channel's CTA copies per second (compute on the same GPU
     takes memory bandwidth from it).
     """
-    gbps = min(float(s.gbps), float(s.cap_gbps) * copy_scale)
-    return lumped_bytes(s) / (float(s.steps_time_us(gbps)) * 1e3)
+    caps = s.lumped_caps
+    if copy_scale not in caps:
+        gbps = min(float(s.gbps), float(s.cap_gbps) * copy_scale)
+        caps[copy_scale] = lumped_bytes(s) / (float(s.steps_time_us(gbps)) * 1e3)
+    return caps[copy_scale]

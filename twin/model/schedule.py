@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -138,6 +139,13 @@ class Schedule:
     for (``CommGeometry.repeat_coupling``): 0 where the calls overlap down to the interval (one
     channel; channels that visit the ranks in one order), up to 1 where none overlaps."""
 
+    @cached_property
+    def lumped_caps(self) -> dict[float, float]:
+        """``twin.des.engine.lumped_cap_gbps`` of this schedule by copy scale, as the replay asks
+        for them (a frozen schedule's cap at one scale never changes; a replay asks tens of
+        thousands of times for a few hundred)."""
+        return {}
+
     @property
     def n_steps(self):
         """Step times from the first send to the last receive."""
@@ -170,7 +178,9 @@ class Schedule:
         step, written before the thread can post it, the thread's posts of every step one after
         another, then the rest of the last post's network hop (``proxy_lag_us``) and that step
         received; 0 on one node (no proxy)."""
-        if not np.any(self.proxy_us):
+        proxy = self.proxy_us
+        # ``np.any`` of a float costs microseconds; the replay asks this of every lumped call.
+        if not (proxy.any() if isinstance(proxy, np.ndarray) else proxy):
             return 0.0
         return 2 * self.step_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
 

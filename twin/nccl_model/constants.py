@@ -11,6 +11,7 @@ capability rows Volta/Ampere/Hopper/Blackwell, node-count columns N1/N2/N4+.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from twin.nccl_model.releases import ReleaseFacts, facts
 
@@ -123,6 +124,12 @@ def release(version: Version) -> tuple[int, int]:
 
 
 def tuner_constants(version: Version) -> TunerConstants:
+    """The tables of ``version``'s release (refuses one before 2.8.3)."""
+    return _tables(tuple(version))
+
+
+@cache  # a pure function of the release, asked for by every schedule the twin builds
+def _tables(version: Version) -> TunerConstants:
     rel = release(version)
     if rel < (2, 27):
         return _from_facts(facts(version))

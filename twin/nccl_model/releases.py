@@ -17,6 +17,7 @@ has a zero row), compute-capability rows Volta/Ampere/Hopper/Blackwell, node col
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cache
 
 from tuner.knobs import NEWEST_MODELLED_VERSION as NEWEST
 from tuner.knobs import OLDEST_NCCL_VERSION as OLDEST
@@ -262,6 +263,11 @@ def check(version: Version) -> None:
 def facts(version: Version) -> ReleaseFacts:
     """Every entry of ``CHANGES`` up to ``version``, folded (later entries win)."""
     check(version)
+    return _folded(tuple(version))
+
+
+@cache  # a pure function of the release, asked for by every schedule the twin builds
+def _folded(version: Version) -> ReleaseFacts:
     merged: dict = {}
     for first, _, changed in CHANGES:
         if first <= tuple(version):

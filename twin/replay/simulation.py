@@ -128,6 +128,7 @@ class _Replay:
         self.unlike: dict[tuple[int, ...], tuple[int, ...]] = {}  # shadow -> the members of its call
         self.classes = 0  # ranks added to the trace as representatives of their placement class
         self.p2p_syncs = bool(trace.metadata.get("host_syncs_after_p2p"))
+        self.speeds: dict[tuple[PhaseCost, int, bool], float] = {}  # ``phase_speed`` on this GPU, as asked
         self.spans: dict[tuple[int, int], tuple[float, float]] | None = None  # (rank, id) -> (start, end), if asked
 
     # ---- streams -------------------------------------------------------------------------
@@ -170,8 +171,7 @@ class _Replay:
         if cost.gpu_us <= 0:
             return
         gpu = self.gpus[rank]
-        phase = self.net.start(cost.gpu_us * WORK_UNITS_PER_US, (),
-                               phase_speed(cost, gpu.busy_sms, bool(gpu.calls), self.gpu, self.params))
+        phase = self.net.start(cost.gpu_us * WORK_UNITS_PER_US, (), self._speed(cost, gpu.busy_sms, bool(gpu.calls)))
         gpu.computes[phase] = cost
         self._recap_calls(gpu)
         yield phase.done
@@ -333,8 +333,15 @@ class _Replay:
 
     def _recap_phases(self, gpu: _Gpu) -> None:
         copying = bool(gpu.calls)
-        self.net.set_caps([(phase, phase_speed(cost, gpu.busy_sms, copying, self.gpu, self.params))
-                           for phase, cost in gpu.computes.items()])
+        self.net.set_caps([(phase, self._speed(cost, gpu.busy_sms, copying)) for phase, cost in gpu.computes.items()])
+
+    def _speed(self, cost: PhaseCost, busy_sms: int, copying: bool) -> float:
+        """``phase_speed`` on the replay's GPU, each distinct phase, SM count and copying state
+        computed once (a pure function of them; the replay asks tens of thousands of times)."""
+        key = (cost, busy_sms, copying)
+        if key not in self.speeds:
+            self.speeds[key] = phase_speed(cost, busy_sms, copying, self.gpu, self.params)
+        return self.speeds[key]
 
     def _recap_calls(self, gpu: _Gpu) -> None:
         caps = []
@@ -365,6 +372,7 @@ class _Replay:
             computes[rank] = compute = union(self.intervals[rank]["compute"])
             ranks[rank] = RankSums.of(compute, union(self.intervals[rank]["comm"]), union(self.intervals[rank]["host"]))
         sums: dict[Task, list] = {}  # task -> [calls, took, exposed, alone, timed, first timed call, weight]
+        alone_us: dict[int, float] = {}
         for call, end in self.call_log:
             acc = sums.setdefault(call.task, [0, 0.0, 0.0, 0.0, 0, None, 0])
             hidden = sum(covered(computes[r], call.began_us, end) for r in call.present) / len(call.present)
@@ -374,7 +382,10 @@ class _Replay:
             acc[2] += (end - call.began_us - hidden) * weight
             acc[6] += weight
             if call.timed is not None:
-                acc[3] += float(call.timed.schedule.time_us())
+                key = id(call.timed)  # alive in the log; a call's time alone is its schedule's, once each
+                if key not in alone_us:
+                    alone_us[key] = float(call.timed.schedule.time_us())
+                acc[3] += alone_us[key]
                 acc[4] += 1
                 acc[5] = acc[5] or call.timed
         tasks = {task: TaskSums(timed.config, timed.chosen_by, calls, took, exposed, alone, n, weight)
