@@ -19,11 +19,13 @@ import typer
 
 from ccltwin.nccl_release import DEFAULT_VERSION_TEXT, NcclVersionOption, parse_nccl_version
 from ccltwin.profiles import ProfileOption, params_of
+from ccltwin.tuners import TunerConfigOption, TunerOption, tuner_overrides
 from traces.trace_file import check_writable, load_trace
 from tuner.export import write_env, write_tuner_csv
 from tuner.plan import PlanEntry, save_plan
 from twin.placement import cluster_for, shaped_tasks
 from twin.rank import predicted_winners, rank_trace
+from twin.topology.summary import tuner_facts, tuner_line
 
 HEADER = (f"{'op':<13} {'size (B)':>12} {'ranks':>5} {'group':<6} {'calls/it':>8}  {'best subspace':<24} "
           f"{'nc':>3} {'nt':>4} {'chunk':>8} {'best (us)':>10}  {'NCCL default':<24} {'default (us)':>12} "
@@ -54,6 +56,8 @@ def rank(
     csv: Annotated[Path | None, typer.Option(
         help="Also write the predicted best config per task as NCCL's example tuner plugin rules.")] = None,
     profile: ProfileOption = None,
+    tuner: TunerOption = None,
+    tuner_config: TunerConfigOption = None,
 ) -> None:
     """Rank NCCL's subspaces for every task of a trace and write the warm-start plan."""
     if max_channels is not None and max_channels < 1:
@@ -65,12 +69,12 @@ def rank(
     params, constants = params_of(profile)
     workload = load_trace(trace)
     cluster = cluster_for(workload, topology, nodes=nodes, gpus_per_node=gpus_per_node,
-                          nics_per_node=nics_per_node, nic_gbps=nic_gbps)
+                          nics_per_node=nics_per_node, nic_gbps=nic_gbps, **tuner_overrides(tuner, tuner_config))
     ranking = rank_trace(workload, cluster, nccl_version=version, max_channels=max_channels, params=params)
     plan, process = ranking.plan, ranking.process
     save_plan(plan, output)
     typer.echo(f"# ccltwin rank: {len(plan.entries)} tasks of {trace} on {plan.cluster}, NCCL {plan.nccl_version}, "
-               f"{constants}; predicted, not measured")
+               f"tuner {tuner_line(tuner_facts(cluster))}, {constants}; predicted, not measured")
     typer.echo("# " + HEADER)
     for entry in plan.entries:
         typer.echo("  " + _row(entry))

@@ -9,6 +9,7 @@ import typer
 
 from ccltwin.nccl_release import DEFAULT_VERSION_TEXT, NcclVersionOption, nccl_version_of
 from ccltwin.profiles import ProfileOption, params_of
+from ccltwin.tuners import TunerConfigOption, TunerOption, tuner_overrides
 from traces.errors import CcltwinError
 from traces.task import parse_dtype, parse_op, whole_elements
 from traces.units import SIZE_RULE, parse_size, parse_size_range
@@ -18,6 +19,7 @@ from twin.model.host import NCCL_TESTS_ITERS
 from twin.placement import Communicator
 from twin.predict import Prediction, predict
 from twin.topology import load_cluster
+from twin.topology.summary import tuner_facts, tuner_line
 
 HEADER = (f"{'size':>12} {'count':>12} {'type':>8} {'time':>10} {'repeated':>10} {'algbw':>8} {'busbw':>8}  "
           f"{'algo':<14} {'proto':<6} {'transport':<9} {'nch':>3} {'nthr':>4} {'chunk':>8}  chosen_by")
@@ -62,6 +64,8 @@ def simulate(
     iters: Annotated[int, typer.Option(min=1, help=ITERS_HELP)] = NCCL_TESTS_ITERS,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per size.")] = False,
     nccl_version: NcclVersionOption = DEFAULT_VERSION_TEXT,
+    tuner: TunerOption = None,
+    tuner_config: TunerConfigOption = None,
 ) -> None:
     """Predict a collective over a range of sizes, like an nccl-tests run on the cluster.
 
@@ -72,7 +76,7 @@ def simulate(
     version = nccl_version_of(nccl_version)
     params, constants = params_of(profile)
     cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                           nic_gbps=nic_gbps)
+                           nic_gbps=nic_gbps, **tuner_overrides(tuner, tuner_config))
     if cluster.gpus_per_node % gpus_per_process:
         raise CcltwinError(f"--gpus-per-process {gpus_per_process}: one process drives whole shares of a node's "
                            f"{cluster.gpus_per_node} GPUs")
@@ -98,7 +102,7 @@ def simulate(
         return
     typer.echo(f"# ccltwin simulate: {the_op} on {cluster.name}, {comm.nranks} ranks "
                f"({cluster.nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.model}), NCCL {nccl_version}, "
-               f"{constants}; predicted, not measured")
+               f"tuner {tuner_line(tuner_facts(cluster))}, {constants}; predicted, not measured")
     typer.echo("#" + HEADER[1:])
     typer.echo("#" + UNITS[1:])
     for p in predictions:

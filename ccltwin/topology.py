@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from ccltwin.cli import App
+from ccltwin.tuners import TunerConfigOption, TunerOption, tuner_overrides
 from traces.trace_file import check_writable, write_atomic
 from twin.topology import dump_spec, list_presets, load_cluster
 from twin.topology.importer import TopologyFormat, import_spec
@@ -37,10 +38,12 @@ def show(
     nics_per_node: Annotated[int | None, typer.Option(help="Keep the first K NICs of each node.")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="Every NIC's and the fabric's rate, Gb/s.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    tuner: TunerOption = None,
+    tuner_config: TunerConfigOption = None,
 ) -> None:
-    """Summarise a cluster: GPUs, NVLink, PCIe, NICs and their GPU affinity, fabric."""
+    """Summarise a cluster: GPUs, NVLink, PCIe, NICs and their GPU affinity, NCCL's tuner, fabric."""
     facts = summarize(load_cluster(cluster, nodes=nodes, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                                   nic_gbps=nic_gbps))
+                                   nic_gbps=nic_gbps, **tuner_overrides(tuner, tuner_config)))
     typer.echo(json.dumps(facts, indent=2) if as_json else format_summary(facts))
 
 

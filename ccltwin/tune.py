@@ -22,6 +22,7 @@ import typer
 from ccltwin.nccl_release import DEFAULT_VERSION_TEXT, NcclVersionOption, nccl_version_of
 from ccltwin.profiles import ProfileOption, params_of
 from ccltwin.simulate import DTYPE_HELP
+from ccltwin.tuners import TunerConfigOption, TunerOption, tuner_overrides
 from traces.errors import CcltwinError
 from traces.task import Task, parse_dtype, parse_op, whole_elements
 from traces.trace_file import load_trace
@@ -65,6 +66,8 @@ def tune(
     profile: ProfileOption = None,
     nccl_version: NcclVersionOption = DEFAULT_VERSION_TEXT,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array, one object per task.")] = False,
+    tuner: TunerOption = None,
+    tuner_config: TunerConfigOption = None,
 ) -> None:
     """Tune NCCL configs per task with a search algorithm; print each trajectory and winner."""
     if executor == "live":
@@ -79,16 +82,17 @@ def tune(
     echo = (lambda _line: None) if as_json else typer.echo
     version = nccl_version_of(nccl_version)
     params, constants = params_of(profile)
+    overrides = tuner_overrides(tuner, tuner_config)
     if trace is not None:
         loaded = load_trace(trace)
-        cluster = cluster_for(loaded, topology, nodes=nodes, gpus_per_node=gpus_per_node)
+        cluster = cluster_for(loaded, topology, nodes=nodes, gpus_per_node=gpus_per_node, **overrides)
         runner = TwinExecutor(cluster, noise=noise, seed=seed, params=params, nccl_version=version)
         floor = parse_size(min_size)
         tasks = [(n, t) for n, t, _ in trace_tasks(loaded, cluster) if t.nbytes >= floor]
         if not tasks:
             typer.echo(f"note: no task of {trace} moves at least {min_size}; nothing to tune", err=True)
     else:
-        cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node)
+        cluster = load_cluster(topology, nodes=nodes, gpus_per_node=gpus_per_node, **overrides)
         runner = TwinExecutor(cluster, noise=noise, seed=seed, params=params, nccl_version=version)
         if nbytes is None or nranks is None:
             raise CcltwinError("--op needs --nbytes and --nranks")

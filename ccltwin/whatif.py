@@ -19,6 +19,7 @@ import typer
 
 from ccltwin.nccl_release import DEFAULT_VERSION_TEXT, NcclVersionOption, nccl_version_of
 from ccltwin.profiles import ProfileOption, params_of
+from ccltwin.tuners import TunerConfigOption, TunerOption, tuner_overrides
 from traces.errors import CcltwinError
 from traces.examples import default_trace
 from traces.trace_file import check_writable, load_trace, write_atomic
@@ -59,6 +60,8 @@ def whatif(
                       ] = "local",
     profile: ProfileOption = None,
     nccl_version: NcclVersionOption = DEFAULT_VERSION_TEXT,
+    tuner: TunerOption = None,
+    tuner_config: TunerConfigOption = None,
 ) -> None:
     """Replay a training trace on candidate clusters: iteration time, communication share, per-task
     bus bandwidth and cost, with NCCL's default configuration and with the best one found."""
@@ -84,7 +87,9 @@ def whatif(
     from dashboards.report import write_html
     from dashboards.studies import whatif_report
 
-    candidates = [Candidate(t, n, p, version) for t, n, p in zip(topologies, node_counts, prices, strict=True)]
+    overrides = tuner_overrides(tuner, tuner_config)
+    candidates = [Candidate(t, n, p, version, **overrides) for t, n, p in zip(topologies, node_counts, prices,
+                                                                                strict=True)]
     with progress_bar("replaying clusters", quiet=as_json) as update:
         report = whatif_report(workload, candidates, tuned=tuned, name=name, engine=engine, params=params,
                                on_progress=update)

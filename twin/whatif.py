@@ -63,6 +63,10 @@ class Candidate:
     nodes: int | None = None
     price_per_gpu_hour: float | None = None
     nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION
+    tuner: str | None = None
+    """NCCL's tuner plugin in place of the description's (``load_cluster``'s ``tuner``)."""
+    tuner_config: str | None = None
+    """A gIB tuner config in place of the description's tuner (``load_cluster``'s ``tuner_config``)."""
 
     def __post_init__(self) -> None:
         price = self.price_per_gpu_hour
@@ -249,7 +253,8 @@ def evaluate(trace: Trace, candidate: Candidate, *, tuned: bool = True, params: 
              ) -> ClusterReport:
     """Replay ``trace`` on one candidate cluster (sized to the trace unless ``nodes`` is given),
     with the twin's physical constants ``params``."""
-    cluster = cluster_for(trace, candidate.topology, nodes=candidate.nodes)
+    cluster = cluster_for(trace, candidate.topology, nodes=candidate.nodes, tuner=candidate.tuner,
+                          tuner_config=candidate.tuner_config)
     return evaluate_cluster(trace, cluster, candidate, tuned=tuned, params=params)
 
 

@@ -27,7 +27,9 @@ WORDS = {"--sizes": ["3B", "0", "-1MiB", "1e999", "nan", "1ZiB", "8B:1B", "1MiB:
          "--chunk": ["0", "-1", "nanKiB", "1e999", "3B"],
          "--min-size": ["-1", "nan", "1e999"],
          "--dtype": ["bf17", "", "float128"],
-         "--nccl-version": ["0.0.0", "99.99.99", "2.x", "-1.2.3", "2.28.9.1", ""]}
+         "--nccl-version": ["0.0.0", "99.99.99", "2.x", "-1.2.3", "2.28.9.1", ""],
+         "--tuner": ["ofi", "", "NONE"],
+         "--tuner-config": ["", "/no/such.txtpb", "."]}
 
 
 def _bases(tmp):

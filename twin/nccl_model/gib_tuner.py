@@ -59,7 +59,8 @@ class GibRule:
     max_bytes: int | None
     algo: Algo
     proto: Proto
-    nchannels: int
+    nchannels: int | None
+    """The channels the tuner sets; None: NCCL's own count (a rule that names none)."""
 
     def covers(self, nbytes: int) -> bool:
         return self.min_bytes <= nbytes and (self.max_bytes is None or nbytes < self.max_bytes)

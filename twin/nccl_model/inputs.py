@@ -16,7 +16,7 @@ from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.hardware import TUNER_PLUGINS
 from twin.nccl_model.constants import MAX_NVLS_ARITY, MAXCHANNELS, release
 from twin.nccl_model.envparse import parse_algo_env, parse_proto_env
-from twin.nccl_model.gib_tuner import TUNER_CONFIGS
+from twin.nccl_model.gib_txtpb import config_table
 
 CPU_VENDORS = ("intel", "amd", "arm", "power")
 
@@ -107,8 +107,9 @@ class NcclCommInfo:
     """The EC2 product name the aws-ofi-nccl tuner reads (``p5.48xlarge``); None: unknown, so the
     plugin keeps NCCL's choice."""
     tuner_config: str | None = None
-    """The tuner config NCCL runs with (``NCCL_TUNER_CONFIG_PATH``: a ``twin.nccl_model.gib_tuner``
-    table, ``gib-a3u`` or ``gib-a4``); None: none."""
+    """The tuner config NCCL runs with (``NCCL_TUNER_CONFIG_PATH``): a bundled
+    ``twin.nccl_model.gib_tuner`` table, ``gib-a3u`` or ``gib-a4``, or a gIB tuner config file in
+    Google's text format (``twin.nccl_model.gib_txtpb``); None: none."""
 
     def __post_init__(self) -> None:
         if self.nranks < 1 or self.nnodes < 1 or self.nnodes > self.nranks:
@@ -130,8 +131,8 @@ class NcclCommInfo:
             parse_algo_env(self.algo_env, self.nccl_version)
         if self.proto_env is not None:
             parse_proto_env(self.proto_env, self.nccl_version)
-        if self.tuner_config is not None and self.tuner_config not in TUNER_CONFIGS:
-            raise ValueError(f"unknown tuner config {self.tuner_config!r} (known: {', '.join(TUNER_CONFIGS)})")
+        if self.tuner_config is not None:
+            config_table(self.tuner_config)  # a bundled table's name, or a file that parses
 
     @property
     def ppn(self) -> float:

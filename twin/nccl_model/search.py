@@ -99,10 +99,19 @@ def comm_info(cluster: Cluster, ranks: list[str], *, nccl_version: tuple[int, in
                                             release.net_peer_channels, release.sm80_nvlink_bw),
         algo_env=env.get("NCCL_ALGO"), proto_env=env.get("NCCL_PROTO"),
         buffsize=int(env.get("NCCL_BUFFSIZE", 4 << 20)),
-        tuner_config=tuner_for_path(env["NCCL_TUNER_CONFIG_PATH"]) if "NCCL_TUNER_CONFIG_PATH" in env else None,
+        tuner_config=_tuner_config(cluster, env),
         latency_inter=cluster.fabric.reported_latency_us if inter else 0.0,
         tuner=cluster.nccl_tuner[0], instance=cluster.nccl_tuner[1],
     )
+
+
+def _tuner_config(cluster: Cluster, env: dict[str, str]) -> str | None:
+    """The description's gIB tuner config where it names NCCL's tuner (``Cluster.nccl_tuner_config``;
+    ``""``: none), else the one the kind's profile sets between nodes (``env``: empty on one node)."""
+    named = cluster.nccl_tuner_config
+    if named is not None:
+        return named or None
+    return tuner_for_path(env["NCCL_TUNER_CONFIG_PATH"]) if "NCCL_TUNER_CONFIG_PATH" in env else None
 
 
 def ring_orders(cluster: Cluster, ranks: list[str], *,

@@ -43,7 +43,8 @@ from twin.nccl_model.constants import (
     tuner_constants,
 )
 from twin.nccl_model.cost_table import cost_table, implemented, model_entry
-from twin.nccl_model.gib_tuner import GibRule, tuner_config
+from twin.nccl_model.gib_tuner import GibRule
+from twin.nccl_model.gib_txtpb import config_table
 from twin.nccl_model.inputs import NcclCommInfo
 from twin.nccl_model.ofi_tuner import FIRST_NCCL, PLATFORMS, V3_NCCL, region_pair
 
@@ -184,14 +185,14 @@ def algo_info(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int)
 def _tuner_rule(info: NcclCommInfo, op: Op, nbytes: int) -> GibRule | None:
     if info.tuner_config is None:
         return None
-    return tuner_config(info.tuner_config).rule(info.nnodes, info.nranks // info.nnodes, op, nbytes, nranks=info.nranks)
+    return config_table(info.tuner_config).rule(info.nnodes, info.nranks // info.nnodes, op, nbytes, nranks=info.nranks)
 
 
 def _tuned_channels(info: NcclCommInfo, op: Op, algo: Algo, nbytes: int, nc: int) -> int:
     """``nc`` (``topoGetAlgoInfo``'s), or the tuner's channel count where its rule covers the call,
     capped at the communicator's channels of the algorithm's kind (``scheduleCollTasksToPlan``)."""
     rule = _tuner_rule(info, op, nbytes)
-    if rule is None:
+    if rule is None or rule.nchannels is None:
         return nc
     kind_max = info.nvls_channels if algo in (Algo.NVLS, Algo.NVLS_TREE) else info.nchannels
     return max(1, min(rule.nchannels, kind_max))

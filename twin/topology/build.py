@@ -13,7 +13,7 @@ import math
 
 import networkx as nx
 
-from twin.hardware import DEFAULT_FABRIC_KIND, TopologyError, gpu_spec, pcie_gbps
+from twin.hardware import DEFAULT_FABRIC_KIND, TUNER_PLUGINS, TopologyError, gpu_spec, pcie_gbps
 from twin.topology.cluster import Cluster
 from twin.topology.graph import CPU, CPU_LINK, GPU, NET, NIC, NVLINK, NVSWITCH, PCIE, PCIE_SWITCH, SWITCH
 from twin.topology.spec import ClusterSpec, NodeSpec, PcieGroup
@@ -24,12 +24,38 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     return Cluster(spec.name, build_graph(spec), description=spec.description)
 
 
+def tuner_attributes(tuner: str | None, config: str | None) -> dict[str, str]:
+    """What every NIC carries of NCCL's tuner when the description names it: the plugin (``tuner``:
+    ``none`` where only a gIB config is named) and the gIB config (``tuner_config``: ``""`` for none,
+    which also turns off the kind's profile's); nothing where neither is named.
+
+    >>> tuner_attributes(None, None), tuner_attributes("aws-ofi-nccl", None), tuner_attributes(None, "gib-a4")
+    ({}, {'tuner': 'aws-ofi-nccl', 'tuner_config': ''}, {'tuner': 'none', 'tuner_config': 'gib-a4'})
+    """
+    if tuner is None and config is None:
+        return {}
+    if tuner is not None and config is not None:
+        raise TopologyError(f"NCCL loads one tuner: {tuner!r} reads no gIB tuner config ({config})")
+    return {"tuner": tuner or TUNER_PLUGINS[0], "tuner_config": config or ""}
+
+
+def set_tuner(graph: nx.Graph, tuner: str | None, config: str | None) -> None:
+    """Give every NIC of ``graph`` this tuner (``tuner_attributes``); a gIB config needs a NIC to carry it."""
+    nics = [n for n, d in graph.nodes(data=True) if d["kind"] == NIC]
+    if config is not None and not nics:
+        raise TopologyError(f"no NICs to carry the gIB tuner config {config} (the twin keeps NCCL's tuner on "
+                            "the NICs)")
+    for nic in nics:
+        graph.nodes[nic].update(tuner_attributes(tuner, config))
+
+
 def build_graph(spec: ClusterSpec) -> nx.Graph:
     graph = nx.Graph()
     fabric = spec.fabric
     nic = {"fabric": fabric.kind if fabric is not None else DEFAULT_FABRIC_KIND}
     if fabric is not None:
-        nic.update({k: v for k, v in (("tuner", fabric.tuner), ("instance", fabric.instance)) if v is not None})
+        nic.update({"instance": fabric.instance} if fabric.instance is not None else {})
+        nic.update(tuner_attributes(fabric.tuner, fabric.tuner_config))
     for host in range(spec.nodes):
         _add_node(graph, spec.node, host, nic)
     if spec.fabric is not None and spec.node.nics:

@@ -162,6 +162,14 @@ class Cluster:
         return data.get("tuner", self.fabric.tuner_plugin), data.get("instance")
 
     @property
+    def nccl_tuner_config(self) -> str | None:
+        """The gIB tuner config NCCL's tuner reads on every communicator where the description names
+        the tuner (``tuner_config``: a bundled table's name or a file, ``""``: none); None where it
+        names none, so the kind's profile sets one between nodes (``FabricKind.nccl_env``)."""
+        nics = self._by_kind.get(NIC, [])
+        return self.graph.nodes[nics[0]].get("tuner_config") if nics else None
+
+    @property
     def cpu_vendor(self) -> str:
         """The CPU vendor of the first socket (``unknown`` when not described)."""
         cpus = self._by_kind.get(CPU, [])

@@ -63,6 +63,8 @@ def _check_node(node: str, data: dict) -> None:
                             f"(known: {', '.join(FABRIC_KINDS)})")
     if kind == NIC and data.get("tuner", TUNER_PLUGINS[0]) not in TUNER_PLUGINS:
         raise TopologyError(f"NIC {node}: unknown tuner plugin {data['tuner']!r} (known: {', '.join(TUNER_PLUGINS)})")
+    if kind == NIC and not isinstance(data.get("tuner_config", ""), str):
+        raise TopologyError(f"NIC {node}: tuner_config must be a table's name or a file, got {data['tuner_config']!r}")
 
 
 def _check_edge(a: str, b: str, data: dict) -> None:

@@ -14,7 +14,7 @@ import yaml
 
 from traces.yaml_text import YamlError, read_yaml
 from twin.hardware import TopologyError
-from twin.topology.build import build_cluster
+from twin.topology.build import build_cluster, set_tuner
 from twin.topology.cluster import Cluster
 from twin.topology.spec import ClusterSpec
 
@@ -34,15 +34,21 @@ def read_spec(spec: str | Path) -> ClusterSpec:
     except YamlError as err:
         raise TopologyError(str(err)) from None
     result = ClusterSpec.from_dict(data, source)
+    config = result.fabric.tuner_config if result.fabric else None
+    if config is not None and (path.parent / config).is_file():  # a file beside the description
+        result = replace(result, fabric=replace(result.fabric, tuner_config=str((path.parent / config).resolve())))
     return result if result.name else replace(result, name=path.stem)
 
 
 def load_cluster(spec: str | Path, *, nodes: int | None = None, gpus_per_node: int | None = None,
-                 nics_per_node: int | None = None, nic_gbps: float | None = None) -> Cluster:
+                 nics_per_node: int | None = None, nic_gbps: float | None = None, tuner: str | None = None,
+                 tuner_config: str | None = None) -> Cluster:
     """Build a preset or YAML file, re-parameterised by the overrides.
 
     ``gpus_per_node`` keeps the first G GPUs of each node, ``nics_per_node`` the first K
-    NICs; ``nic_gbps`` sets every NIC's and the fabric's line rate (Gb/s).
+    NICs; ``nic_gbps`` sets every NIC's and the fabric's line rate (Gb/s); ``tuner`` (a
+    ``TUNER_PLUGINS`` name) or ``tuner_config`` (a gIB table's name or file) replaces the
+    description's NCCL tuner (``build.tuner_attributes``).
 
     >>> cluster = load_cluster("dgx-a100", nodes=4, nic_gbps=400)
     >>> cluster.nodes, len(cluster.gpus()), cluster.graph.nodes["n3/nic7"]["gbps"]
@@ -53,6 +59,9 @@ def load_cluster(spec: str | Path, *, nodes: int | None = None, gpus_per_node: i
     try:
         description = description.with_overrides(nodes=nodes, nics_per_node=nics_per_node, nic_gbps=nic_gbps)
         cluster = build_cluster(description)
+        if tuner is not None or tuner_config is not None:
+            set_tuner(cluster.graph, tuner, tuner_config)
+            cluster.validate()
         return cluster if gpus_per_node is None else cluster.subset(gpus_per_node=gpus_per_node)
     except TopologyError as err:
         raise TopologyError(f"{source}: {err}") from None

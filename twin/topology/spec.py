@@ -114,6 +114,10 @@ class FabricSpec:
     from the kind's net plugin (``aws-ofi-nccl`` on EFA), ``none``: NCCL's own choice."""
     instance: str | None = None
     """The instance type the tuner plugin keys its tables on (the EC2 product name, ``p5.48xlarge``)."""
+    tuner_config: str | None = None
+    """A gIB tuner config NCCL's tuner reads on every communicator (``NCCL_TUNER_CONFIG_PATH``): a
+    bundled table's name (``gib-a3u``, ``gib-a4``) or a file in Google's text format, relative to the
+    description's file; None: the kind's profile's, between nodes (``FabricKind.nccl_env``)."""
 
 
 @dataclass(frozen=True)
@@ -427,10 +431,14 @@ def _parse_fabric(sec: _Section, node: NodeSpec) -> FabricSpec:
                         oversubscription=sec.number("oversubscription", 1.0, positive=True),
                         lat_us=sec.number("lat_us", DEFAULT_NET_LATENCY_US),
                         sharp=sec.flag("sharp"), kind=sec.str("kind", DEFAULT_FABRIC_KIND),
-                        tuner=sec.str("tuner", None), instance=sec.str("instance", None))
+                        tuner=sec.str("tuner", None), instance=sec.str("instance", None),
+                        tuner_config=sec.str("tuner_config", None))
     sec.done()
     if fabric.tuner is not None and fabric.tuner not in TUNER_PLUGINS:
         raise sec.error(f"unknown tuner plugin {fabric.tuner!r} (known: {', '.join(TUNER_PLUGINS)})", "tuner")
+    if fabric.tuner is not None and fabric.tuner_config is not None:
+        raise sec.error(f"NCCL loads one tuner: tuner {fabric.tuner!r} reads no gIB tuner config "
+                        "(give tuner or tuner_config)", "tuner_config")
     if fabric.kind not in FABRIC_KINDS:
         raise sec.error(f"unknown fabric kind {fabric.kind!r} (known: {', '.join(FABRIC_KINDS)})", "kind")
     if fabric.sharp and fabric.kind != "infiniband":

@@ -54,7 +54,7 @@ def summarize(cluster: Cluster) -> dict[str, Any]:
         "socket_link_gbps": edge_bw(CPU_LINK, local_kind(CPU)),
         "nics_per_node": cluster.nics_per_node,
         "fabric_kind": cluster.fabric.name,
-        "nccl_tuner": {"plugin": cluster.nccl_tuner[0], "instance": cluster.nccl_tuner[1]},
+        "nccl_tuner": tuner_facts(cluster),
         "nic_gbps": [graph.nodes[n]["gbps"] for n in cluster.nics(host)],
         "gpu_nic_affinity": {_local(g): _local(cluster.nic_of(g)) for g in cluster.gpus()
                              if cluster.host_of(g) == host} if cluster.nics_per_node else {},
@@ -71,8 +71,21 @@ def _local(node: str) -> str:
     return node.split("/", 1)[1]
 
 
-def _tuner_line(tuner: dict[str, Any]) -> str:
-    """``aws-ofi-nccl (instance p5.48xlarge)``, or ``none (NCCL's own choice)``."""
+def tuner_facts(cluster: Cluster) -> dict[str, Any]:
+    """NCCL's tuner on ``cluster``: its plugin and the instance it reads (``Cluster.nccl_tuner``), and
+    the gIB tuner config, the description's (every communicator) or the fabric kind's profile's
+    (``config_between_nodes``)."""
+    plugin, instance = cluster.nccl_tuner
+    named = cluster.nccl_tuner_config
+    profile = cluster.fabric.env.get("NCCL_TUNER_CONFIG_PATH") if named is None else None
+    return {"plugin": plugin, "instance": instance, "config": named or profile, "config_between_nodes": bool(profile)}
+
+
+def tuner_line(tuner: dict[str, Any]) -> str:
+    """``aws-ofi-nccl (instance p5.48xlarge)``, ``gIB tuner config gib-a4``, or ``none (NCCL's own choice)``."""
+    if tuner["config"]:
+        return f"gIB tuner config {tuner['config']}" + (" (the fabric kind's profile, between nodes)"
+                                                         if tuner["config_between_nodes"] else "")
     if tuner["plugin"] == "none":
         return "none (NCCL's own choice)"
     instance = tuner["instance"] or "not given: the plugin keeps NCCL's choice"
@@ -153,7 +166,7 @@ def format_summary(facts: dict[str, Any]) -> str:
         f"  NICs       {facts['nics_per_node']} per node"
         + (f" at {'/'.join(f'{r:g}' for r in rates)} Gb/s" if rates else ""),
         f"  NIC kind   {_kind_line(facts['fabric_kind'])}",
-        f"  tuner      {_tuner_line(facts['nccl_tuner'])}",
+        f"  tuner      {tuner_line(facts['nccl_tuner'])}",
         f"  GPU→NIC    {affinity}",
         "  fabric     " + (f"{fabric['leaves']} leaves, {fabric['spines']} spines, "
                            f"{fabric['link_gbps']:g} Gb/s links" if fabric else "none"),
