@@ -80,6 +80,11 @@ def test_a_description_names_its_tuner_config_beside_it(tmp_path):
     assert _choice() == tuple(json.loads(runner.invoke(app, [*A3U_2VM[:2], str(tmp_path / "a3u.yaml"),
                                                              *A3U_2VM[3:]]).stdout)[0][k]
                               for k in ("algo", "proto", "nchannels"))
+    (tmp_path / "mine.txtpb").write_text("communicator_configs { node_range: { min: 2 max: 2 } }")
+    bad = runner.invoke(app, [*A3U_2VM[:2], str(tmp_path / "a3u.yaml"), *A3U_2VM[3:]])
+    assert bad.exit_code == 2 and bad.output.strip() == (
+        f"error: {tmp_path / 'a3u.yaml'}: fabric.tuner_config: {(tmp_path / 'mine.txtpb').resolve()}:1: node_range "
+        "max 2 is not above its min 2 (max is exclusive)")
     spec["fabric"]["tuner"] = "none"
     (tmp_path / "both.yaml").write_text(yaml.safe_dump(spec))
     both = runner.invoke(app, [*A3U_2VM[:2], str(tmp_path / "both.yaml"), *A3U_2VM[3:]])

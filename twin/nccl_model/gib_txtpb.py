@@ -78,12 +78,17 @@ class TunerConfigError(CcltwinError):
 
 
 def read_txtpb(path: str | Path) -> GibTunerConfig:
-    """The gIB tuner config in the text-format file ``path`` (read once per process and path)."""
-    return _read(str(Path(path).resolve()))
+    """The gIB tuner config in the text-format file ``path`` (read again only once the file changes)."""
+    resolved = Path(path).resolve()
+    try:
+        stat = resolved.stat()
+    except OSError as err:
+        raise TunerConfigError(f"{resolved}: cannot read the gIB tuner config ({err.strerror})") from None
+    return _read(str(resolved), stat.st_mtime_ns, stat.st_size)
 
 
 @cache
-def _read(path: str) -> GibTunerConfig:
+def _read(path: str, _mtime_ns: int, _size: int) -> GibTunerConfig:
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as err:

@@ -14,6 +14,7 @@ import yaml
 
 from traces.yaml_text import YamlError, read_yaml
 from twin.hardware import TopologyError
+from twin.nccl_model.gib_txtpb import TunerConfigError, config_table
 from twin.topology.build import build_cluster, set_tuner
 from twin.topology.cluster import Cluster
 from twin.topology.spec import ClusterSpec
@@ -35,8 +36,13 @@ def read_spec(spec: str | Path) -> ClusterSpec:
         raise TopologyError(str(err)) from None
     result = ClusterSpec.from_dict(data, source)
     config = result.fabric.tuner_config if result.fabric else None
-    if config is not None and (path.parent / config).is_file():  # a file beside the description
-        result = replace(result, fabric=replace(result.fabric, tuner_config=str((path.parent / config).resolve())))
+    if config is not None:
+        if (path.parent / config).is_file():  # a file beside the description
+            result = replace(result, fabric=replace(result.fabric, tuner_config=str((path.parent / config).resolve())))
+        try:
+            config_table(result.fabric.tuner_config)
+        except TunerConfigError as err:
+            raise TopologyError(f"{source}: fabric.tuner_config: {err}") from None
     return result if result.name else replace(result, name=path.stem)
 
 

@@ -91,7 +91,7 @@ def test_a_rule_without_a_channel_count_keeps_nccls(tmp_path):
     assert tuned.nchannels == default_resources(replace(info, tuner_config=None), Op.ALLREDUCE, Algo.TREE,
                                                 Proto.SIMPLE, 16 << 20)[0]
     assert nccl_choice(info, Op.ALLGATHER, 16 << 20).nchannels == 4  # COLL_DEFAULT's rule names 4
-    assert config_table(str(path)) is read_txtpb(path)  # read once per process
+    assert config_table(str(path)) is read_txtpb(path)  # read once while the file stays as it is
 
 
 @pytest.mark.parametrize(("text", "problem"), [
