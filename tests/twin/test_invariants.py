@@ -146,13 +146,15 @@ def switch_tolerance(before: Config, after: Config) -> float:
 
 
 SHM_TREE = ("4 H100 NVL/PCIe in 2 NVLink-bridged pairs on 2 PCIe switches of an Intel socket: NCCL goes through "
-            "host memory between the pairs (SHM: P2P stops at PXB on Intel) and prices those hops at their PCIe "
-            "path bandwidth, so its Tree correction factors pick Tree at 16,760,832 B (and from 64 MiB); a tree "
-            "crosses each SHM hop both ways, so its GPUs load host memory while storing into it, and a channel's "
-            "256 broadcast threads (8 loads of 16 B in flight, 3.8 µs) in series with the link's duplex share "
-            "(0.85; H200 measurements, twin.model.shm) receive 4.5 GB/s against the ring's 11 GB/s link share: "
-            "NCCL's switch back to Ring at 16 MiB falls 41-43 %; no nccl-tests file of such a node says what "
-            "NCCL's Tree really gets there")
+            "host memory between the pairs (SHM: P2P stops at PXB on Intel, 2.18-2.28) and its tree search prices "
+            "only a chain's forward hops, so its 2 chains (0-1-2-3, 2-3-0-1) get 40 GB/s each against the ring's one "
+            "40 GB/s channel split in two, and its Tree correction factors pick Tree at 16,760,832 B (and from "
+            "64 MiB; 2.18 and 2.23-2.28, where 2.19-2.22's 28 µs PCI Tree hop keeps Ring there); a chain crosses "
+            "its SHM hop both ways, so the GPUs there load host memory while storing into it on half the channels, "
+            "a channel's 256 broadcast threads (8 loads of 16 B in flight, 3.8 µs) in series with the link's duplex "
+            "share (0.85; H200 measurements, twin.model.shm) receive 5.9 GB/s against the ring's 9.4-10.4 GB/s link "
+            "share: NCCL's switch back to Ring at 16 MiB falls 26-28 %, the tree's 6-hop fill of 512 KiB chunks "
+            "included; no nccl-tests file of such a node says what NCCL's Tree really gets there")
 EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at 4-8 MiB where the twin's Ring LL128 "
             "is paced by the busiest proxy's requests: 16 channels on NCCL's 8 net devices (aws-ofi-nccl merges each "
             "GPU's rails into one), 2 a GPU, 2 isends and 2 irecvs a step of 1.75 µs on p5/p5e's AMD hosts (1.5 on "

@@ -28,7 +28,7 @@ from twin.model.netpath import (
 )
 from twin.model.protocols import hop_latency_us, store_efficiency
 from twin.model.repeat import coupled_fill_share
-from twin.nccl_model.search import ring_orders
+from twin.nccl_model.search import ring_orders, tree_orders
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster, Hop, TopologyError
 
@@ -417,12 +417,13 @@ class CommGeometry:
         self._orders: dict[tuple[int, int], list[str]] = {}
         self._chains: dict[tuple, list[str]] = {}  # tree chains by host shape and ring order
         self._rings: list[list[str]] | None = None  # NCCL's searched rings, where they are used
+        self._trees: list[list[str]] | None = None  # and its searched tree chains
         self._flows: dict[tuple[str, int], list[Flow]] = {}
         self._flow_lists: dict[tuple, list[Flow]] = {}  # by pattern and the ids of the flows
         self._loads: dict[str, dict[int, _Load]] = {}
         self._shares: dict[tuple, ChannelShare] = {}
         self._latencies: dict[tuple[str, Proto], float] = {}
-        self._receivers: dict[str, tuple[tuple[bool, float], ...]] = {}  # host_memory_receivers
+        self._receivers: dict[tuple[str, int], tuple[tuple[bool, float, int], ...]] = {}  # host_memory_receivers
 
     def with_params(self, params: TwinParams) -> CommGeometry:
         """The same ranks with other physical constants (as its fabric kind sees them,
@@ -534,19 +535,32 @@ class CommGeometry:
         return order
 
     def _searched_rings(self) -> list[list[str]]:
-        """On one node whose GPUs reach some others only over PCIe (no NVSwitch, not an all-NVLink
-        mesh), the rings of NCCL's search (``twin.nccl_model.search.ring_orders``): which way each
-        channel goes round matters there, since the search sends channels the other way round
-        when one way's PCIe links are taken (4 A40s in NVLink pairs: two channels 0-1-2-3, two
-        0-3-2-1, so each PCIe link carries half the channels each way).  Elsewhere (an NVSwitch,
-        an all-NVLink mesh) the twin's rotations of the rank order: none here."""
+        """On one node whose GPUs reach some others only over PCIe (``_uses_searched_orders``), the
+        rings of NCCL's search (``twin.nccl_model.search.ring_orders``): which way each channel goes
+        round matters there, since the search sends channels the other way round when one way's
+        PCIe links are taken (4 A40s in NVLink pairs: two channels 0-1-2-3, two 0-3-2-1, so each
+        PCIe link carries half the channels each way).  Elsewhere the twin's rotations of the rank
+        order: none here."""
         if self._rings is None:
-            c = self.cluster
-            self._rings = []
-            if self.nnodes == 1 and self.nranks > 2 and not c.has_nvswitch() and any(
-                    a != b and not c.graph.has_edge(a, b) for a in self.ranks for b in self.ranks):
-                self._rings = ring_orders(c, self.ranks, nccl_version=self.nccl_version)
+            self._rings = (ring_orders(self.cluster, self.ranks, nccl_version=self.nccl_version)
+                           if self._uses_searched_orders() else [])
         return self._rings
+
+    def _searched_trees(self) -> list[list[str]]:
+        """Where the rings are NCCL's searched ones, its searched tree chains too
+        (``twin.nccl_model.search.tree_orders``): which GPUs a channel's chain crosses a PCIe path
+        between matters there (4 H100 NVL in bridged pairs: chains 0-1-2-3 and 2-3-0-1, so each
+        pair's PCIe hop carries half the channels); else none."""
+        if self._trees is None:
+            self._trees = (tree_orders(self.cluster, self.ranks, nccl_version=self.nccl_version)
+                           if self._uses_searched_orders() else [])
+        return self._trees
+
+    def _uses_searched_orders(self) -> bool:
+        """One node of more than two ranks, no NVSwitch, some ranks not linked to each other."""
+        c = self.cluster
+        return self.nnodes == 1 and self.nranks > 2 and not c.has_nvswitch() and any(
+            a != b and not c.graph.has_edge(a, b) for a in self.ranks for b in self.ranks)
 
     def ring(self, channel: int) -> list[str]:
         """Ranks in ring order for one channel: node after node, each node's GPUs in a chain."""
@@ -567,7 +581,8 @@ class CommGeometry:
         NCCL's tree search walks the node this way (``ncclTopoSearchNextGpuSort`` orders the next
         GPUs by the path's bandwidth, ``src/graph/search.cc``), and a chain, unlike a ring, need
         not come back to its start.  Where every GPU is as near as any other (an NVSwitch) this
-        is the ring's order backwards.
+        is the ring's order backwards.  Where the rings are NCCL's searched ones (one node, some
+        GPUs linked only over PCIe), so are the chains (``_searched_trees``).
 
         >>> from twin.topology import load_cluster
         >>> geom = CommGeometry(load_cluster("l40s-pcie", nodes=2))
@@ -579,6 +594,8 @@ class CommGeometry:
         gpus = self._hosts[host_rank]
         if len(gpus) == 1:  # one GPU per node (a data-parallel tree): no chain
             return gpus
+        if trees := self._searched_trees():
+            return trees[channel % len(trees)]
         head = self._local_order(host_rank, channel)[-1] if self.nnodes > 1 else gpus[(channel - 1) % len(gpus)]
         shape = self.cluster.host_shape(self.cluster.host_of(head))
         # Hosts of one shape walk alike: the chain is found once per shape, head and GPUs (local names).
@@ -744,18 +761,24 @@ class CommGeometry:
         return (self.transport is Transport.P2P and through_cpu and not self.cluster.acs_redirects(src, dst)
                 and not (self.cpu_vendor == "amd" and self.ppn <= 2))
 
-    def host_memory_receivers(self, pattern: str) -> tuple[tuple[bool, float], ...]:
-        """The GPUs that receive through host memory on the first two channels of ``pattern``
-        (trees alternate), each as (whether it also sends through host memory on that channel,
-        the raw rate of its PCIe link into the GPU)."""
-        if pattern not in self._receivers:
-            out = set()
-            for channel in range(2):
+    def host_memory_receivers(self, pattern: str, nchannels: int) -> tuple[tuple[bool, float, int], ...]:
+        """The GPUs that receive through host memory on the first ``nchannels`` channels of
+        ``pattern``, each as (whether it also sends through host memory on any of them, so its link
+        carries loads and stores at once; the raw rate of its PCIe link into the GPU; how many of
+        those channels' receives it takes so, one thread group each).  Channels differ where NCCL's
+        search sends them different ways (``_searched_rings``, ``_searched_trees``): a GPU then
+        loads host memory on some of its channels only."""
+        key = (pattern, nchannels)
+        if key not in self._receivers:
+            receives: dict[str, list] = {}  # receiving GPU -> [its link's rate, receives]
+            senders = set()
+            for channel in range(nchannels):
                 flows = [f for f in self.channel_flows(pattern, channel) if f.host_memory]
-                senders = {f.src for f in flows}
-                out |= {(f.dst in senders, f.hops[-1].bw) for f in flows}
-            self._receivers[pattern] = tuple(sorted(out))
-        return self._receivers[pattern]
+                senders |= {f.src for f in flows}
+                for f in flows:
+                    receives.setdefault(f.dst, [f.hops[-1].bw, 0])[1] += 1
+            self._receivers[key] = tuple(sorted({(gpu in senders, bw, n) for gpu, (bw, n) in receives.items()}))
+        return self._receivers[key]
 
     def channel_flows(self, pattern: str, channel: int) -> list[Flow]:
         """The flows of one channel of ``pattern`` (ring, tree, chain, nvls; pairs and sendrecv are

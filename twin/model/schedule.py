@@ -429,15 +429,16 @@ def fill_gbps_scale(ratios: Sequence[tuple[float, float]], link_gbps: float, cap
 
 def host_memory_gbps(geom: CommGeometry, pattern: str, proto: Proto, nch: int, threads):
     """A channel's rate as its receives through host memory bound it (``twin.model.shm``): each
-    receiving GPU's ``threads`` on every one of the ``nch`` channels, over the channels.  Simple
-    only: LL and LL128 poll flagged lines, which ``twin.model.shm`` does not describe."""
+    receiving GPU's ``threads`` on every one of its receives on the ``nch`` channels
+    (``CommGeometry.host_memory_receivers``), over those receives.  Simple only: LL and LL128
+    poll flagged lines, which ``twin.model.shm`` does not describe."""
     cap = np.inf
     if proto is not Proto.SIMPLE:
         return cap
     payload = store_efficiency(proto, "pcie", params=geom.params)
-    for duplex, link_gbps in geom.host_memory_receivers(pattern):
-        cap = np.minimum(cap, receive_gbps(nch * threads, link_gbps * payload, duplex=duplex,
-                                           sm_version=geom.cluster.gpu.sm_version) / nch)
+    for duplex, link_gbps, receives in geom.host_memory_receivers(pattern, nch):
+        cap = np.minimum(cap, receive_gbps(receives * threads, link_gbps * payload, duplex=duplex,
+                                           sm_version=geom.cluster.gpu.sm_version) / receives)
     return cap
 
 

@@ -124,15 +124,39 @@ def ring_orders(cluster: Cluster, ranks: list[str], *,
     >>> [[g.split("/")[1][3:] for g in ring] for ring in ring_orders(pairs, pairs.gpus()[:4])]
     [['0', '1', '2', '3'], ['0', '1', '2', '3'], ['0', '3', '2', '1'], ['0', '3', '2', '1']]
     """
+    return _searched_orders(cluster, ranks, nccl_version, 1)
+
+
+def tree_orders(cluster: Cluster, ranks: list[str], *,
+                nccl_version: tuple[int, int, int] = DEFAULT_NCCL_VERSION) -> list[list[str]]:
+    """The GPUs of each tree channel NCCL's search finds for a one-host communicator of ``ranks``,
+    in chain order from the root: ``ncclTopoPreset`` makes each search channel's ``intra`` a chain,
+    ``tree.up`` the GPU before and ``tree.down[0]`` the one after (``src/graph/connect.cc``), and
+    runs each twice.  A tree pattern's search takes only the forward hops' bandwidth
+    (``ncclTopoFollowPath``, ``src/graph/search.cc``), so where the first chain has taken one way
+    of a PCIe path the next goes the other way: two bridged pairs on two switches chain 0-1-2-3,
+    then 2-3-0-1.
+
+    >>> from twin.topology import load_cluster
+    >>> nvl = load_cluster("h100-nvl", nodes=1)
+    >>> [[g.split("/")[1][3:] for g in chain] for chain in tree_orders(nvl, nvl.gpus()[:4])]
+    [['0', '1', '2', '3'], ['2', '3', '0', '1']]
+    """
+    return _searched_orders(cluster, ranks, nccl_version, 2)
+
+
+def _searched_orders(cluster: Cluster, ranks: list[str], nccl_version: tuple[int, int, int],
+                     which: int) -> list[list[str]]:
+    """The channels of the ring (``which`` 1) or tree (2) graph of ``_host_searches``, as GPU names."""
     graph = cluster.graph
     hosts = {graph.nodes[g]["host"] for g in ranks}
     if len(hosts) != 1:
-        raise ValueError(f"ring orders are for one host; the ranks are on {len(hosts)}")
+        raise ValueError(f"searched orders are for one host; the ranks are on {len(hosts)}")
     sm = min(gpu_spec(graph.nodes[g]["model"]).sm_version for g in ranks)
-    _, ring, _, _ = _host_searches(cluster, hosts.pop(), list(ranks), False, sm, _cpu_vendor(graph),
-                                   facts(nccl_version), {})
+    searched = _host_searches(cluster, hosts.pop(), list(ranks), False, sm, _cpu_vendor(graph),
+                              facts(nccl_version), {})[which]
     by_index = sorted(ranks, key=lambda g: graph.nodes[g].get("local", 0))  # the search's GPU indices
-    return [[by_index[i] for i in channel] for channel in ring.intra]
+    return [[by_index[i] for i in channel] for channel in searched.intra]
 
 
 def _host_searches(cluster: Cluster, host, gpus: list[str], inter: bool, sm: int, vendor: str, release,
