@@ -157,6 +157,22 @@ class Network:
     message_us: float = _param(0.0, "µs", 0.0, 200.0)
     """CPU time a network message costs its proxy beyond a verbs post: none with IB verbs,
     whose NIC runs the transport; other fabric kinds set it (``fabric.<kind>.message_us``)."""
+    ll_scan_intel_ns: float = _param(4.0, "ns", 0.0, 1000.0)
+    """CPU time the send proxy takes to check one 64-byte cache line (4 LL lines, 32 data bytes)
+    of an LL step in host memory before it posts the step (``sendProxyProgress``,
+    ``src/transport/net.cc``, v2.8.4-1 and master 5067397: flag1 and flag2 of every line), on Intel
+    and other CPUs.  Measured on our H200 hosts (``benchmarks/data/h200-ll-scan.txt``, made by
+    ``benchmarks/gpu_ll_scan.cu``; Xeon family 6 model 207, Emerald Rapids, a KVM guest whose core
+    ran 2.4-3.1 GHz): one thread checking the steps 4 or 8 CTAs stream into host memory, its
+    bound, takes 3.1-6.8 ns a cache line over four runs on two machines, median 4.0 (16-20 GB/s of
+    lines where the CTAs alone write 50); it is ready about one step's scan after the GPU's last
+    store (64 KiB of lines: 3.4-4.2 µs after a one-line step's round trip; 6.75 on the slow run).
+    A step the GPU has finished scans at 2.9-4.7 ns a line, 2.7-4.3 from L1/L2: the loop's loads
+    and compares, not the misses, set the pace."""
+    ll_scan_amd_ns: float = _param(8.0, "ns", 0.0, 1000.0)
+    """The same on AMD CPUs: Intel's times the 2 NCCL's ``getNetOverhead`` puts on AMD hosts.  AMD
+    hosts have no DDIO, so the CPU reads the GPU's lines from DRAM: on our Intel hosts a step
+    flushed to DRAM first (``clflush``) scans 2.2-2.8 times slower than as the GPU left it."""
 
     def proxy_action_us(self, cpu_vendor: str) -> float:
         """Latency one proxy action adds to a step on this vendor's CPUs (others take Intel's, as
@@ -166,6 +182,10 @@ class Network:
     def post_us(self, cpu_vendor: str) -> float:
         """CPU time one network request takes its proxy thread on this vendor's CPUs."""
         return (self.post_amd_us if cpu_vendor == "amd" else self.post_intel_us) + self.message_us
+
+    def ll_scan_ns(self, cpu_vendor: str) -> float:
+        """CPU time the send proxy checks one 64-byte cache line of an LL step on this vendor's CPUs."""
+        return self.ll_scan_amd_ns if cpu_vendor == "amd" else self.ll_scan_intel_ns
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

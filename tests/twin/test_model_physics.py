@@ -17,7 +17,7 @@ from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
 from twin.model.geometry import CommGeometry
 from twin.model.host import NCCL_TESTS_ITERS
-from twin.model.netpath import net_step_latency_us, proxy_overhead_us, proxy_post_us
+from twin.model.netpath import ll_scan_us, net_step_latency_us, proxy_overhead_us, proxy_post_us
 from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
 from twin.model.schedule import (
     Unsupported,
@@ -122,10 +122,11 @@ def _ring_walk_us(geom: CommGeometry, s, proto: Proto, nchannels: int) -> float:
     """A ring AllReduce's steps walked rank by rank: rank r's step k starts once it has the first
     grain of rank r−1's step k−1 and has written its own step k−1; over NVLink the data cuts through
     (hop latency plus a grain), across the network the sender's proxy thread posts the step once it
-    is written, after the thread's posts of the step before (``ChannelShare.proxy_us``, every
-    channel of that GPU), and the rest of the hop follows (its latency less the post)."""
+    is written, after the thread's work of the step before (``Schedule.proxy_us``, every channel of
+    that GPU: its posts, and for LL its checks of every line, ``netpath.ll_scan_us``), and the rest
+    of the hop follows (its latency less the post)."""
     flows = geom.channel_flows("ring", 0)
-    n, share = len(flows), geom.share("ring", nchannels, proto)
+    n = len(flows)
     post = proxy_post_us(geom.cpu_vendor, geom.params)  # one request
     step, grain = (float(b) / (float(s.gbps) * 1e3) for b in (s.step_bytes, s.unit_bytes))
     first = [0.0] * n  # when rank r has the first grain of its next step's input
@@ -136,7 +137,7 @@ def _ring_walk_us(geom: CommGeometry, s, proto: Proto, nchannels: int) -> float:
         for r, f in enumerate(flows):
             lat = geom.hop_latency_us(f, proto)
             if f.kind == "net":
-                thread[r] = max(end[r], thread[r]) + float(share.proxy_us)
+                thread[r] = max(end[r], thread[r]) + float(s.proxy_us)
                 arrive[(r + 1) % n] = thread[r] + lat - post
                 whole[(r + 1) % n] = arrive[(r + 1) % n] + step - grain
             else:
@@ -164,16 +165,19 @@ def test_a_rings_closed_form_is_its_step_by_step_walk_where_the_proxy_paces_it(a
 
 def test_a_rings_data_cuts_through_nvlink_but_not_the_network():
     """Inside a node an LL ring step's data follows one grain behind its sender; across the network
-    the proxy posts the step once the kernel has written all of it (``sendProxyProgress``), so each
-    network hop of the ring waits for the whole step: on two one-GPU VMs (every hop crosses the
-    network) a step's wait grows by the step's own write, on one node not at all."""
-    def wait_us(geom: CommGeometry, nbytes: int) -> tuple[float, float]:
+    the proxy posts the step once the kernel has written all of it and it has checked every line
+    (``sendProxyProgress``), so each network hop of the ring waits for the whole step: on two
+    one-GPU VMs (every hop crosses the network) a step's wait grows by the step's own write and its
+    scan (``netpath.ll_scan_us``), on one node not at all."""
+    def wait_us(geom: CommGeometry, nbytes: int) -> tuple[float, float, float]:
         s = schedule_for(geom, Op.ALLREDUCE, nbytes, Algo.RING, Proto.LL, 1, 512, 1 << 15)
-        return float(s.latency_us(s.gbps)), float(s.step_bytes - s.unit_bytes) / (float(s.gbps) * 1e3)
+        scan = float(ll_scan_us(Proto.LL, s.step_bytes, geom.cpu_vendor, geom.params))
+        return float(s.latency_us(s.gbps)), float(s.step_bytes - s.unit_bytes) / (float(s.gbps) * 1e3), scan
 
     vms = CommGeometry(load_cluster("gcp-a3-ultra", nodes=2, gpus_per_node=1))
-    (small, _), (big, write) = wait_us(vms, 8 << 10), wait_us(vms, 32 << 10)
-    assert write > 0 and big == pytest.approx(small + write - wait_us(vms, 8 << 10)[1])
+    (small, small_write, small_scan), (big, write, scan) = wait_us(vms, 8 << 10), wait_us(vms, 32 << 10)
+    assert write > 0 and scan > small_scan > 0
+    assert big == pytest.approx(small + write - small_write + scan - small_scan)
     node = CommGeometry(load_cluster("gcp-a3-ultra"), load_cluster("gcp-a3-ultra").gpus()[:2])
     assert wait_us(node, 8 << 10)[0] == pytest.approx(wait_us(node, 32 << 10)[0])
 
@@ -377,7 +381,7 @@ def test_every_supported_prediction_is_finite_and_positive(case, nbytes, data):
                      grid.chunks[nthreads].astype(float))
     times = np.asarray(s.time_us())
     assert np.all(np.isfinite(times)) and np.all(times > 0), (case, nchannels, nthreads)
-    assert s.step_us > 0 and np.all(np.asarray(s.gbps) > 0)
+    assert np.all(np.asarray(s.step_us) > 0) and np.all(np.asarray(s.gbps) > 0)
 
 
 def test_ring_channels_keep_in_step_so_the_final_copy_idles_the_link():

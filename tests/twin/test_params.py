@@ -229,6 +229,7 @@ def probe(params: TwinParams) -> dict[str, float]:
         out[f"{kind} large"] = _time(pair, ar, 256 << 20, ring, simple, 2)
     amd = Communicator.first(load_cluster("dgx-a100", nodes=2), params=params)
     out["amd proxy"] = _time(amd, ar, 64 << 10, ring, simple)
+    out["amd ll scan"] = _time(amd, ar, 1 << 20, ring, ll)
     pcie = Communicator.first(load_cluster("l40s-pcie"), params=params)
     pcie_pair = Communicator.first(load_cluster("l40s-pcie", gpus_per_node=2), params=params)
     # Two AMD GPUs on different sockets: NCCL goes peer to peer through the root complex (with more
@@ -324,6 +325,8 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("net.nic_rdma_write_us", 3.0, "net small ll", True),
     ("net.efficiency", 0.5, "net large", True),
     ("net.proxy_action_amd_us", 4.0, "amd proxy", True),
+    ("net.ll_scan_intel_ns", 20.0, "net small ll", True),
+    ("net.ll_scan_amd_ns", 40.0, "amd ll scan", True),
     ("link.cpu.efficiency", 0.3, "cpu large simple", True),
     ("link.pcie.step_us.ll128", 5.0, "pcie small ll128", True),
     ("compute.flops_fraction", 0.35, "roofline math", True),
@@ -391,8 +394,8 @@ def test_names_bounds_and_units_cover_every_parameter():
     assert values.keys() == TwinParams.bounds().keys() == TwinParams.units().keys()
     # 40 (with the host launch and stream query) + fabric kinds (19) + compute shapes (20) + fused softmax (1)
     # + the NVLS pass (1) + Megatron's host profile (4: per kernel, step, checkpoint, collective call)
-    # + a proxy post's CPU time (2: Intel, AMD)
-    assert len(values) == 87
+    # + a proxy post's CPU time (2: Intel, AMD) + the LL send proxy's scan of a cache line (2: Intel, AMD)
+    assert len(values) == 89
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

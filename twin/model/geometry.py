@@ -21,6 +21,7 @@ from tuner.config import Proto, Transport
 from tuner.knobs import DEFAULT_NCCL_VERSION
 from twin.model import dtree
 from twin.model.netpath import (
+    ll_scan_us,
     needs_flush,
     net_step_latency_us,
     proxy_post_us,
@@ -138,6 +139,9 @@ class ChannelShare:
     proxy_lag_us: float = 0.0
     """A ring's network hop beyond its sender's post: the NIC, the wire and the receiver's side of
     the slowest hop that crosses the network (its latency less one proxy action); 0 elsewhere."""
+    scan_sends: int = 0
+    """LL steps the busiest sending proxy thread checks line by line per step of every flow (its
+    network sends, ``netpath.ll_scan_us``); 0 for LL128 and Simple, and on one node."""
 
 
 @dataclass(frozen=True)
@@ -341,7 +345,7 @@ class _Load:
         classes, copies = self._link_classes()
         self._kinds = classes.kinds
         self._distinct = classes.distinct(copies)
-        per_recv = {proxy_posts_per_recv(proto, flush) for proto in Proto for flush in (False, True)}
+        per_recv = {0} | {proxy_posts_per_recv(proto, flush) for proto in Proto for flush in (False, True)}
         self._proxy = {n: classes.busiest_proxy(copies, n) for n in per_recv}
 
     def _link_classes(self) -> tuple[_LinkClasses, tuple[int, ...]]:
@@ -358,6 +362,11 @@ class _Load:
         sends and per step it receives, and a flush per Simple step it receives where the GPU needs
         one (``netpath.proxy_posts_per_recv``), each at a post's CPU time (``netpath.proxy_post_us``)."""
         return self._busiest_actions(proxy_posts_per_recv(proto, flush)) * proxy_post_us(cpu_vendor, params)
+
+    def busiest_sends(self) -> int:
+        """The network sends per step of the thread that sends the most (its receives cost nothing
+        here: ``_busiest_actions(0)``)."""
+        return self._busiest_actions(0)
 
     def _busiest_actions(self, per_recv: int) -> int:
         """The busiest thread's actions per step when each received step costs ``per_recv``."""
@@ -852,8 +861,28 @@ class CommGeometry:
             links, gbps = load.links(proto, self.params)
             # A full pipeline's chunks follow each other no faster than the busiest thread's work
             # per step; the waits on a step's path overlap (``NCCL_STEPS`` in flight).
-            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=proxy, proxy_lag_us=lag)
+            scan_sends = load.busiest_sends() if proto is Proto.LL else 0
+            self._shares[key] = ChannelShare(gbps=gbps, step_us=step, links=links, proxy_us=proxy, proxy_lag_us=lag,
+                                             scan_sends=scan_sends)
         return self._shares[key]
+
+    def ll_scan(self, pattern: str, nchannels: int, proto: Proto, step_bytes, message_bytes) -> tuple:
+        """What the LL send proxy's check of every line (``netpath.ll_scan_us``) adds to a schedule
+        of ``pattern`` on ``nchannels`` channels: (CPU time on the busiest sending proxy thread per
+        step of ``step_bytes``, one scan per LL step it sends; the latency a step gains on its way,
+        the scan of its whole network message of ``message_bytes`` after the last line lands, at
+        the share of the hops that cross the network).  (0, 0) for LL128, Simple and one node.
+
+        On our H200 host the thread is ready a 64 KiB step's scan after the GPU's last store
+        (``net.ll_scan_intel_ns``); a thread that checks a step still being written reads again
+        from line 0, but those lines stay in its cache and the last pass ends with the last line.
+        """
+        share = self.share(pattern, nchannels, proto)
+        if not share.scan_sends:
+            return 0.0, 0.0
+        work = share.scan_sends * ll_scan_us(proto, step_bytes, self.cpu_vendor, self.params)
+        hops = 1.0 if pattern in _SAME_ON_EVERY_CHANNEL else self.network_share(pattern)  # point to point: one hop
+        return work, hops * ll_scan_us(proto, message_bytes, self.cpu_vendor, self.params)
 
     def network_share(self, pattern: str) -> float:
         """The share of the hops a piece of data crosses in ``pattern`` (as ``path_latency_us``

@@ -44,7 +44,9 @@ verbs): where several channels leave through one GPU, the last one's step waits 
 posts (``CommGeometry.share``), and a full pipeline's steps follow each other no faster than
 the thread's work per step: an ``isend`` per step it sends, an ``irecv`` per step it receives,
 and a flush per received Simple step where ``needs_flush`` (``proxy_posts_per_recv``), while
-each step's latency keeps the receiver's completion and flush (``PROXY_ACTIONS``).
+each step's latency keeps the receiver's completion and flush (``PROXY_ACTIONS``).  Before it
+posts an LL step the thread also checks the flags of every line the kernel stored into host
+memory (``ll_scan_us``): work per byte on that same thread, and a wait after the step's last line.
 
 Other fabric kinds than InfiniBand (``twin.hardware.FABRIC_KINDS``: RoCE, TCP sockets, Google's
 GPUDirect-TCPX/TCPXO, AWS EFA, HPE Slingshot) change three things, and this module costs them
@@ -110,6 +112,32 @@ def proxy_action_us(cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> flo
 def proxy_post_us(cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:
     """CPU time one network request (``isend``, ``irecv``, ``iflush``) takes its proxy thread."""
     return params.net.post_us(cpu_vendor)
+
+
+LL_DATA_BYTES_PER_CACHE_LINE = 64 // 16 * 8
+"""LL data bytes per 64-byte cache line of the send buffer: four 16-byte lines of 8 data bytes."""
+
+
+def ll_scan_us(proto: Proto, step_bytes, cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS):
+    """CPU time the send proxy spends checking an LL step of ``step_bytes`` data bytes before it
+    posts it; 0 for LL128 and Simple.
+
+    The LL send buffer is always in host memory (``NCCL_NET_MAP_ADD_POINTER(map, 0, p !=
+    NCCL_PROTO_LL && useGdr ...)``), and NCCL's kernel writes a step's size into the FIFO before
+    its lines.  ``sendProxyProgress`` (``src/transport/net.cc``, v2.8.4-1 and master 5067397) then
+    reads flag1 and flag2 of every 16-byte line of the step (``DIVUP(size, sizeof(union
+    ncclLLFifoLine))``) from line 0, breaks at the first stale one and starts again on its next
+    pass; only a whole step is posted.  The lines came across PCIe from the GPU, so the thread
+    reads each cache line fresh (``net.ll_scan_*_ns``, measured on our H200 host).  One proxy thread
+    serves every channel of its GPU (``progressOps``, ``src/proxy.cc``): this is work on the thread
+    that also posts every other step, and it comes after the step's last line lands.
+
+    >>> round(float(ll_scan_us(Proto.LL, 32 << 10, "intel")), 2), ll_scan_us(Proto.SIMPLE, 32 << 10, "intel")
+    (4.1, 0.0)
+    """
+    if proto is not Proto.LL:
+        return 0.0
+    return step_bytes / LL_DATA_BYTES_PER_CACHE_LINE * params.net.ll_scan_ns(cpu_vendor) * 1e-3
 
 
 def proxy_overhead_us(proto: Proto, cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:

@@ -336,6 +336,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             # so its per-step CPU time is shared by the grains of a step.
             messages = np.maximum(1, np.ceil(per_channel / chunk))
             proxy_us = share.proxy_us * messages / loops
+        # An LL step sent over the network is checked line by line before its post (``ll_scan``).
+        scan_us, scan_lag_us = geom.ll_scan(pattern, nch, proto, step_bytes,
+                                            per_channel / messages if shape == "pipeline" else step_bytes)
         # A one-node chain's first chunk crosses each hop at that hop's rate (``fill_gbps_scale``).
         # Across nodes the same holds, but is not applied yet: it moves the multi-node A100 and
         # EFA files other parts fit (docs/physics.md, "Pipeline fill at each hop's rate").
@@ -344,10 +347,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), np.minimum(share.gbps * rate_scale, host_gbps),
                                 cta_cap)
                 if shape == "pipeline" and pattern in ("tree", "chain") and geom.nnodes == 1 else 1.0)
-        return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us, launch + extra_launch,
-                        cap, scaled_links(share.links, rate_scale), pattern == "chain",
+        return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us + scan_lag_us,
+                        launch + extra_launch, cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, slices, params) + fence_us,
-                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us, fill, host,
+                        PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us + scan_us, fill, host,
                         share.proxy_lag_us if shape == "rounds" else 0.0,
                         geom.network_share(pattern) * (step_bytes - grain_bytes)
                         if shape == "rounds" and proto is not Proto.SIMPLE else 0.0,
@@ -368,10 +371,12 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         loops = np.maximum(1, np.ceil(per_peer / chunk))
         step_bytes = per_peer * peers / loops
         per_flow = len(flows) / (1 if op is Op.SENDRECV else n)
-        return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us,
+        # Each network send is one peer's message of the step, checked line by line (LL, ``ll_scan``).
+        scan_us, scan_lag_us = geom.ll_scan(pattern, nch, proto, per_peer / loops, per_peer / loops)
+        return Schedule("pipeline", 1, loops, step_bytes, step_bytes, gbps, share.step_us + scan_lag_us,
                         start + work_fetch_us(geom, nch * lanes), cap,
-                        scaled_links(share.links, per_flow), in_flight=PIPELINE_IN_FLIGHT, proxy_us=share.proxy_us,
-                        host=host)
+                        scaled_links(share.links, per_flow), in_flight=PIPELINE_IN_FLIGHT,
+                        proxy_us=share.proxy_us + scan_us, host=host)
     if algo is Algo.RING:
         if op is Op.ALLREDUCE:
             return shaped("rounds", "ring", 2 * (n - 1), n, phases=ring_phases(op, n, direct))
