@@ -97,6 +97,15 @@ GCP_A4 = str(CLUSTERS / "gcp-a4-b200.yaml")
 AWS_P4DE = str(CLUSTERS / "aws-p4de.yaml")
 AWS_P5 = str(CLUSTERS / "aws-p5.yaml")
 IB, EFA, EFA_V1 = "infiniband", "efa", "efa-v1"
+ECHO_NCCL = "2.12.12"
+"""The NCCL release of the Echo logs (Azure ND A100 v4), which print none.  Their nccl-tests predates
+nccl-tests 51af557 (2022-08-19, "Resync with NCCL 2.13"): the header has no ``agg iters``/``graph``
+fields and the device lines no ``Group`` (added in d313d20, 2022-09-20).  Azure's HPC images build
+nccl-tests from a fresh clone against the image's own NCCL (``install_nccl.sh``, Azure/azhpc-images);
+the images of that nccl-tests shipped NCCL 2.9.9-1 (2021-07), 2.11.4-1 (2021-11), 2.12.7-1
+(2022-05) and 2.12.12-1 (2022-06, replaced by 2.14.3-1 on 2022-08-29).  The newest of them is
+taken; all four read their work from host memory (``twin.model.workfifo``), which the default 2.28
+does not, and the twin's one-node curves agree across them at all but one or two sizes."""
 GIB_A3U, GIB_A4 = "gib-a3u", "gib-a4"  # RoCE v2 through Google's gIB plugin, its tuner config as the VM sets it
 RUNS = {
     # ---- the development set (tests/data/nccl-tests) ----
@@ -108,10 +117,10 @@ RUNS = {
     "azure-ndH100v5-8gpu-intranode-allreduce-NVLS-busbw-summary": Run(
         "dgx-h100", gpus_per_process=8, knobs={"algo": Algo.NVLS}),
     # Azure ND A100 v4: 8 HDR NICs per node; -g N within one node, one rank per GPU across nodes.
-    "echo-azure-ndA100v4-allreduce-2gpu": Run("dgx-a100", gpus_per_process=2),
-    "echo-azure-ndA100v4-allreduce-8gpu": Run("dgx-a100", gpus_per_process=8),
-    "echo-azure-ndA100v4-allreduce-16gpu": Run("dgx-a100", nodes=2, fabric=IB),
-    "echo-azure-ndA100v4-allreduce-64gpu": Run("dgx-a100", nodes=8, fabric=IB),
+    "echo-azure-ndA100v4-allreduce-2gpu": Run("dgx-a100", nccl=ECHO_NCCL, gpus_per_process=2),
+    "echo-azure-ndA100v4-allreduce-8gpu": Run("dgx-a100", nccl=ECHO_NCCL, gpus_per_process=8),
+    "echo-azure-ndA100v4-allreduce-16gpu": Run("dgx-a100", nccl=ECHO_NCCL, nodes=2, fabric=IB),
+    "echo-azure-ndA100v4-allreduce-64gpu": Run("dgx-a100", nccl=ECHO_NCCL, nodes=8, fabric=IB),
     "nvidia-dgxc-dgxh100-8gpu-intranode-allreduce-sample": Run("dgx-h100"),
     # vTrain: the launch is not recorded.  Its 2/4/8-GPU peaks (197, 222, 229 GB/s) keep the
     # ratios of a single process driving the GPUs (NCCL's direct pointers: 3, 2.67, 2.57
@@ -128,9 +137,9 @@ RUNS = {
     "abci-inter_anode-128gpu-16node-allreduce": Run(ABCI, nodes=16, fabric=IB),
     "abci-inter_anode-128gpu-16node-broadcast": Run(ABCI, nodes=16, fabric=IB),
     # Azure ND A100 v4 (Echo): -g 4 on one node; 4 and 16 nodes, one rank per GPU.
-    "echo-azure-ndA100v4-allreduce-4gpu": Run("dgx-a100", gpus_per_process=4),
-    "echo-azure-ndA100v4-allreduce-32gpu": Run("dgx-a100", nodes=4, fabric=IB),
-    "echo-azure-ndA100v4-allreduce-128gpu": Run("dgx-a100", nodes=16, fabric=IB),
+    "echo-azure-ndA100v4-allreduce-4gpu": Run("dgx-a100", nccl=ECHO_NCCL, gpus_per_process=4),
+    "echo-azure-ndA100v4-allreduce-32gpu": Run("dgx-a100", nccl=ECHO_NCCL, nodes=4, fabric=IB),
+    "echo-azure-ndA100v4-allreduce-128gpu": Run("dgx-a100", nccl=ECHO_NCCL, nodes=16, fabric=IB),
     # Azure AI-benchmarking-guide: one process drives 8 GPUs (-g 8); H200 with NCCL_ALGO=NVLS.
     "azure-ndH200v5-8gpu-intranode-allreduce-NVLS-busbw-summary": Run("hgx-h200", gpus_per_process=8),
     "azure-ndA100v4-80gb-8gpu-intranode-allreduce-busbw-summary": Run(AZURE_A100_80, gpus_per_process=8),

@@ -152,3 +152,18 @@ def test_runs_agree_with_what_each_log_says_of_its_launch(path):
     assert run.nccl is None or log.nccl_version is None, "a RUNS release where the log prints its own"
     for knob, value in accuracy.knobs_from_env(log.env).items():
         assert run.knobs.get(knob, value) == value, "RUNS contradicts the file's NCCL_ALGO/NCCL_PROTO"
+
+
+ECHO_LOGS = [p for p in DEV_LOGS + HELDOUT_LOGS if p.stem.startswith("echo-azure-ndA100v4")]
+
+
+@pytest.mark.parametrize("path", ECHO_LOGS, ids=lambda p: p.stem)
+def test_echo_logs_run_the_release_their_nccl_tests_dates(path):
+    """Their nccl-tests header has no ``agg iters`` field (nccl-tests 51af557, 2022-08-19) and their
+    device lines no ``Group`` (d313d20, 2022-09-20), so the run is the 2022 image's NCCL, not 2.28."""
+    text = path.read_text()
+    header = next(line for line in text.splitlines() if "nThread" in line)
+    assert "agg iters" not in header and "graph:" not in header and "validation:" in header
+    assert " Pid " in text and " Group " not in text
+    assert read_nccl_tests(path).nccl_version is None and RUNS[path.stem].nccl == accuracy.ECHO_NCCL
+    assert accuracy.nccl_release(accuracy.ECHO_NCCL) == (2, 12, 12)

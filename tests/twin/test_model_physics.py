@@ -565,15 +565,31 @@ def test_nccl_2_8_ring_kernels_step_at_the_rounded_piece():
     assert even[0].launch_us - even[1].launch_us == pytest.approx(15 * rtt)
 
 
+def test_a_call_smaller_than_the_quantum_steps_at_its_own_bytes():
+    """Rounding a piece up to the quantum cannot give it bytes the call lacks (``nelem =
+    min(chunkSize, size - offset)``, ``all_reduce.h`` @ v2.8.4-1): 64 B of Ring LL on 64 threads
+    (a 512-B quantum) over 8 ranks steps at 64 B, one piece carrying the whole call, where 4 KiB
+    fills every rank's 512 B; so on ABCI's 8 A100s (NCCL 2.8.4, one process per GPU) 64 B takes
+    about what the log measures (17.4 µs, ``tests/data/nccl-tests``), not the 4 KiB call's time."""
+    comm = Communicator.first(load_cluster("abci-a"), 8, nccl_version=(2, 8, 4))
+    config = Config(Algo.RING, Proto.LL, Transport.P2P, 1, 64, 32768)
+    tiny, full = (comm.schedule(comm.task(Op.ALLREDUCE, n), config) for n in (64, 4096))
+    assert float(tiny.step_bytes) == 64 and float(full.step_bytes) == 512
+    assert float(tiny.time_us()) == pytest.approx(17.4, rel=0.1)
+    assert float(tiny.time_us()) < float(full.time_us()) - 5
+    gather = comm.schedule(comm.task(Op.ALLGATHER, 64), config)
+    assert float(gather.step_bytes) == 8  # a rank's share: 64 B gathered from 8 ranks
+
+
 @pytest.mark.parametrize("proto", list(Proto))
 def test_rounded_pieces_keep_time_monotone_in_size(proto):
-    """The rounding never makes a larger call of the same configuration faster (sizes 4 KiB to
+    """The rounding never makes a larger call of the same configuration faster (sizes 4 B to
     64 MiB, every 1/8 octave, NCCL 2.8.4)."""
     comm = _dgx_a100((2, 8, 4))
     threads = {Proto.LL: 512, Proto.LL128: 640, Proto.SIMPLE: 544}[proto]
     chunk = {Proto.LL: 32768, Proto.LL128: 576000, Proto.SIMPLE: 2 * MIB}[proto]
     config = Config(Algo.RING, proto, Transport.P2P, 24, threads, chunk)
-    sizes = sorted({int(2 ** (12 + i / 8)) // 4 * 4 for i in range(8 * 14 + 1)})
+    sizes = sorted({max(4, int(2 ** (2 + i / 8)) // 4 * 4) for i in range(8 * 24 + 1)})
     times = [comm.schedule(comm.task(Op.ALLREDUCE, n), config).time_us() for n in sizes]
     assert all(b >= a * (1 - 1e-12) for a, b in pairwise(times))
 

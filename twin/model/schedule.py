@@ -265,6 +265,23 @@ def build_schedule(geom: CommGeometry, op: Op, nbytes: int, config: Config, *, g
                         config.chunk_bytes, gpus_per_process=gpus_per_process)
 
 
+def rounded_piece_cap(op: Op, nbytes: int, nranks: int) -> float:
+    """The most one rank's piece of a ring step carries once NCCL 2.8 – 2.19 round it up to their
+    quantum (``select.ring_quantum_bytes``): the data there is, for a call smaller than a quantum.
+
+    Each piece is ``nelem = min(chunkSize, size - offset)`` elements, so the first one holds what
+    the buffer has and the ones past its end nothing: AllReduce splits its whole buffer into the
+    ranks' pieces (``chunkOffset = gridOffset + bid*nranks*chunkSize``), AllGather and
+    ReduceScatter a rank's share (``size`` is the per-rank count, ``chunkOffset = gridOffset +
+    bid*chunkSize``); ``src/collectives/device/all_reduce.h``, ``all_gather.h``,
+    ``reduce_scatter.h`` @ v2.8.4-1 and ``src/device/all_reduce.h`` @ v2.19.3-1.
+
+    >>> rounded_piece_cap(Op.ALLREDUCE, 64, 8), rounded_piece_cap(Op.ALLGATHER, 64, 8)
+    (64, 8.0)
+    """
+    return nbytes if op is Op.ALLREDUCE else nbytes / nranks
+
+
 def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Proto, nch: int, nthreads, chunk,
                  *, gpus_per_process: int = 1) -> Schedule:
     """``build_schedule`` without the support check, with ``nthreads``/``chunk`` scalars or arrays;
@@ -319,6 +336,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             # NCCL 2.8 – 2.19 round each rank's piece up to a quantum: a step lasts as long as the
             # rounded piece, which the ranks before the end carry while the rest idle.
             step_bytes = np.minimum(chunk, np.ceil(step_bytes / quantum) * quantum)
+            step_bytes = np.minimum(step_bytes, rounded_piece_cap(op, nbytes, n))
         grain_bytes = np.minimum(simple_slice_bytes(step_bytes) if shape == "rounds" and proto is Proto.SIMPLE
                                  else grain_unit, step_bytes)
         # A ring round hands over each of its slices; a pipeline step is one slice (Tree, Broadcast

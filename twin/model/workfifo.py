@@ -13,7 +13,8 @@ read host memory per release: ``ReleaseFacts.host_work_fifo``.
 
 A read of host memory from the GPU is one PCIe round trip, about 1 µs (``net.pcie_read_rtt_us``,
 Neugebauer et al., SIGCOMM 2018).  On A100 nodes these fetches add up, one round trip per CTA:
-every A100 nccl-tests file in the repository, whatever the release (2.8.4, 2.18.5 or unprinted)
+every A100 nccl-tests file in the repository, whatever the release (2.8.4, 2.18.5, or the Echo
+logs' unprinted one, a 2022 release by their nccl-tests: ``ECHO_NCCL`` in ``benchmarks/accuracy.py``)
 and launch, takes 1.1–1.6 µs more per channel a call uses, independent of the bytes per channel
 and of the ring's step count (``tests/data/nccl-tests``: Azure ND A100 v4 2 GPUs 14.9 → 46.2 µs
 from 2 to 24 channels at 8–11 KiB each, while doubling the bytes at 24 channels costs 2.8 µs;

@@ -278,7 +278,8 @@ def ring_quantum_bytes(version: tuple[int, int, int], op: Op, proto: Proto, nthr
 
     The last loop of ``nbytes`` over ``nch`` channels and ``n`` ranks gives every (rank, channel)
     piece ``ceil(nbytes / (nch·n·q))·q`` bytes, so at a step some ranks carry a whole rounded
-    piece and the ranks past the end carry nothing.  ``q``: LL ``nthreads × 8`` (one 8-byte line
+    piece and the ranks past the end carry nothing (the piece at the end what is left of the
+    buffer: ``twin.model.schedule.rounded_piece_cap``).  ``q``: LL ``nthreads × 8`` (one 8-byte line
     per thread, ``minChunkSize``); LL128 ``nthreads × 60 / 2`` for AllReduce, AllGather and
     ReduceScatter (``NCCL_LL128_SHMEM_ELEMS_PER_THREAD × DATAELEMS × 8 / LINEELEMS``, halved, "makes
     performance much, much smoother"), ``nthreads × 60`` for Broadcast and Reduce; Simple the
