@@ -182,6 +182,28 @@ def test_a_rings_data_cuts_through_nvlink_but_not_the_network():
     assert wait_us(node, 8 << 10)[0] == pytest.approx(wait_us(node, 32 << 10)[0])
 
 
+def test_a_pipelines_network_hops_wait_for_their_first_step_whole():
+    """Down a Broadcast chain across two nodes the LL128 lines cut through NVLink a warp's grain
+    behind, but the proxy posts a FIFO step to the network only once the kernel has written all
+    of it (``sendProxyProgress``): the chain's fill waits, at each network hop, for its first chunk
+    (576,000 B, or the channel's share if smaller) less the grain, written at the chain's rate.
+    The chunks behind it follow their 8 posted steps unheld; on one node nothing is held."""
+    nodes = CommGeometry(load_cluster("dgx-h100", nodes=2))
+    for nbytes, first in ((4 * MIB, 576000), (256 << 10, 256 << 10)):
+        s = schedule_for(nodes, Op.BROADCAST, nbytes, Algo.RING, Proto.LL128, 1, 640, 576000)
+        net_hops = nodes.network_share("chain") * s.steps
+        assert net_hops >= 1
+        assert float(s.hold_bytes) * s.steps == pytest.approx(net_hops * (first - float(s.unit_bytes)))
+        unheld = dataclasses.replace(s, hold_bytes=0.0)
+        assert float(s.pace_us(s.gbps)) == pytest.approx(float(unheld.pace_us(unheld.gbps)))
+        held_us = s.steps * float(s.hold_bytes) / (float(s.gbps) * 1e3)
+        assert float(s.time_us() - unheld.time_us()) == pytest.approx(held_us)
+    # Trees hold nothing yet (``schedule_for``, Tree branch).
+    assert schedule_for(nodes, Op.ALLREDUCE, 4 * MIB, Algo.TREE, Proto.LL128, 8, 640, 34560).hold_bytes == 0
+    one = CommGeometry(load_cluster("dgx-h100"))
+    assert schedule_for(one, Op.BROADCAST, 4 * MIB, Algo.RING, Proto.LL128, 1, 640, 576000).hold_bytes == 0
+
+
 def test_channels_on_one_proxy_queue_behind_each_other_on_the_network_hop():
     # Two a3-ultra VMs, one GPU each: every channel of the ring leaves through the same GPU's proxy,
     # which posts one send and one receive per channel per step in turn (``progressOps``,

@@ -48,7 +48,7 @@ def _collective(env: simpy.Environment, net: FluidNetwork, run: CollectiveRun, e
             proxy_bound = float(s.proxy_bound_us(rate))
         # A full pipeline's chunk waits for a share of a step's latency only (``Schedule.pace_us``).
         wait = s.latency_us(rate, fill) if i < s.fill_steps else max(
-            s.step_time_us(rate) / s.in_flight - s.sync_us, s.proxy_us - s.sync_us, 0.0)
+            s.step_time_us(rate, held=False) / s.in_flight - s.sync_us, s.proxy_us - s.sync_us, 0.0)
         yield transfer.done & env.timeout(float(wait))
         if s.sync_us:
             yield env.timeout(float(s.sync_us))

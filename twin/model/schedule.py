@@ -61,6 +61,30 @@ def simple_slice_bytes(step_bytes):
     return np.maximum(step_bytes / 2, np.minimum(step_bytes, MIN_SIMPLE_SLICE_BYTES))
 
 
+def held_step_bytes(shape: str, proto: Proto, step_bytes, grain_bytes, first_chunk):
+    """What a step's data waits for at a network hop beyond its cut-through grain
+    (``Schedule.hold_bytes``, before the share of the hops that cross the network).
+
+    NCCL's send proxy hands the network a FIFO step only once the kernel has written it whole:
+    Simple and LL128 once the GPU's tail has passed it (``*recvTail > tail``; LL128 posts its tail
+    after each step, ``postSend`` in ``prims_ll128.h``), LL once every line's flags are valid
+    (``sendProxyProgress``, ``src/transport/net.cc`` @ v2.8.4-1 and v2.28.9-1).  A ring round's
+    step is what it holds (a Simple round's slices are its grain already, each posted on its
+    own).  A pipeline moves one chunk per FIFO step (``PIPELINE_IN_FLIGHT``), its first one
+    ``first_chunk``: ``min(chunkSize, per-channel bytes)`` (``realChunkSize`` in
+    ``broadcast.h``, the LL128 chunk rounded to whole ``minChunkSize`` groups, @ v2.8.4-1).
+
+    >>> from tuner.config import Proto
+    >>> float(held_step_bytes("pipeline", Proto.LL128, 24e3, 3840.0, 576000.0))
+    572160.0
+    >>> float(held_step_bytes("rounds", Proto.SIMPLE, 1e6, 5e5, 1e6))
+    0.0
+    """
+    if shape == "rounds":
+        return 0.0 if proto is Proto.SIMPLE else step_bytes - grain_bytes
+    return np.maximum(first_chunk - grain_bytes, 0.0)
+
+
 LL_LINE_DATA_BYTES = 8
 """Data bytes in one 16-byte LL line (the other 8 are flags): ``EltPerLine`` in ``prims_ll.h``."""
 
@@ -131,9 +155,12 @@ class Schedule:
     """Rounds across nodes: what the network hop of the busiest proxy thread takes beyond that
     thread's post (``ChannelShare.proxy_lag_us``), after its last step's post."""
     hold_bytes: float = 0.0
-    """Rounds across nodes: what a step waits for at the network hops beyond its grain, as a share
-    of the ring's hops: a proxy posts what the kernel has written whole (an LL or LL128 step, a
-    Simple slice, ``sendProxyProgress``), so over the network the data does not cut through."""
+    """Across nodes, what a step waits for at the network hops beyond its grain, as a share of
+    the hops: a proxy posts what the kernel has written whole (an LL or LL128 step, a Simple
+    slice, ``sendProxyProgress``), so over the network the data does not cut through
+    (``held_step_bytes``).  Every ring round pays it; a pipeline's fill steps only, its first
+    chunk held once at each network hop (the chunks behind it follow their FIFO's 8 posted steps,
+    whose credits the hold does not delay)."""
     coupling: float = 0.0
     """Down a one-way chain, the share of its fill that a call issued back to back still waits
     for (``CommGeometry.repeat_coupling``): 0 where the calls overlap down to the interval (one
@@ -158,9 +185,10 @@ class Schedule:
         return self.n_steps if self.shape == "rounds" else self.steps
 
     def pace_us(self, gbps):
-        """Once a pipeline is full, the time between two chunks at ``gbps``."""
+        """Once a pipeline is full, the time between two chunks at ``gbps`` (no network hold:
+        ``hold_bytes``)."""
         return np.maximum(np.maximum(self.step_bytes / (gbps * 1e3) + self.sync_us,
-                                     self.step_time_us(gbps) / self.in_flight), self.proxy_us)
+                                     self.step_time_us(gbps, held=False) / self.in_flight), self.proxy_us)
 
     def steps_time_us(self, gbps):
         """All the steps at ``gbps``: the full-latency ones (a pipeline's first chunk crossing each
@@ -184,10 +212,11 @@ class Schedule:
             return 0.0
         return 2 * self.step_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
 
-    def latency_us(self, gbps, scale=1.0):
-        """The part of a step that does not overlap the transfer: hop latency plus one grain, its
-        transfer taking ``scale`` of its time at ``gbps`` (a fill step's: ``fill_scale``)."""
-        return self.step_us + scale * (self.unit_bytes + self.hold_bytes) / (gbps * 1e3)
+    def latency_us(self, gbps, scale=1.0, held=True):
+        """The part of a step that does not overlap the transfer: hop latency plus one grain, and
+        where ``held`` the network hops' hold (``hold_bytes``), its transfer taking ``scale`` of its
+        time at ``gbps`` (a fill step's: ``fill_scale``)."""
+        return self.step_us + scale * (self.unit_bytes + self.hold_bytes * held) / (gbps * 1e3)
 
     def interval_us(self):
         """A call's time at its busiest rank: its launch plus one paced step per chunk (the host's
@@ -233,10 +262,12 @@ class Schedule:
         """
         return self.launch_us + self.steps_time_us(self.gbps)
 
-    def step_time_us(self, gbps, scale=1.0):
-        """One step at ``gbps``: its transfer or its latency, whichever is longer, then its sync;
-        both transfers take ``scale`` of their time at ``gbps`` (a fill step's: ``fill_scale``)."""
-        return np.maximum(scale * self.step_bytes / (gbps * 1e3), self.latency_us(gbps, scale)) + self.sync_us
+    def step_time_us(self, gbps, scale=1.0, held=True):
+        """One step at ``gbps``: its transfer or its latency (``held``: with the network hold),
+        whichever is longer, then its sync; both transfers take ``scale`` of their time at
+        ``gbps`` (a fill step's: ``fill_scale``)."""
+        return (np.maximum(scale * self.step_bytes / (gbps * 1e3), self.latency_us(gbps, scale, held))
+                + self.sync_us)
 
 
 def check_supported(geom: CommGeometry, op: Op, algo: Algo, proto: Proto) -> None:
@@ -306,8 +337,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
                extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
-               recv_threads=nthreads) -> Schedule:
+               recv_threads=nthreads, net_hops: float | None = None) -> Schedule:
         share = geom.share(pattern, nch, proto)
+        # The share of the hops whose sender's proxy holds a step until it is written whole.
+        held_share = geom.network_share(pattern) if net_hops is None or geom.nnodes == 1 else net_hops / steps
         if phases:
             # The channel's primitives run one after another, each at its own pace (below).
             cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
@@ -370,8 +403,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         slice_sync_us(algo, proto, slices, params) + fence_us,
                         PIPELINE_IN_FLIGHT if shape == "pipeline" else 1, proxy_us + scan_us, fill, host,
                         share.proxy_lag_us if shape == "rounds" else 0.0,
-                        geom.network_share(pattern) * (step_bytes - grain_bytes)
-                        if shape == "rounds" and proto is not Proto.SIMPLE else 0.0,
+                        held_share * held_step_bytes(shape, proto, step_bytes, grain_bytes,
+                                                     np.minimum(chunk, per_channel)),
                         geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0)
 
     if op in POINT_TO_POINT:
@@ -408,8 +441,11 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                if op is Op.ALLREDUCE else copy)
         # Each hop of a tree is crossed both ways, up by the parent's reduce threads and down by the
         # child's broadcast threads (``tree_split``): the smaller group receives the slower way.
+        # Across nodes its network hops hold their first step too (``held_step_bytes``), but that
+        # is not applied yet: it slows the ABCI NCCL 2.8 trees and p4de's, already too slow
+        # (docs/physics.md, "The network step hold on trees").
         return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap,
-                      recv_threads=np.minimum(*tree_split(proto, nthreads)))
+                      recv_threads=np.minimum(*tree_split(proto, nthreads)), net_hops=0)
     if algo is Algo.PAT:
         return shaped("rounds", "ring", max(1, math.ceil(math.log2(n))), n,
                       rate_scale=math.ceil(math.log2(n)) / (n - 1) if n > 1 else 1.0)
@@ -431,9 +467,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         pass_us = max(0.0, params.link.nvls_pass_us - 2 * geom.nvls_switch_hop_us(proto))
         return shaped("pipeline", "nvls", 2 + inter, 1, rate_scale=params.link.nvls_efficiency * ppn / (ppn + 1),
                       fence_us=geom.nvlink_round_trip_us() / ppn, extra_launch=pass_us)
-    # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back.
+    # CollNet: reduce inside the node, one trip through the in-network reducer, broadcast back;
+    # its two network hops post whole steps (``*recvTail > tail``, ``src/transport/coll_net.cc``).
     steps = 2 * max(geom.ppn - 1, 1) + 2 if algo is Algo.COLLNET_CHAIN else 4
-    return shaped("pipeline", "tree", steps, 1)
+    return shaped("pipeline", "tree", steps, 1, net_hops=2)
 
 
 def fill_gbps_scale(ratios: Sequence[tuple[float, float]], link_gbps: float, cap):

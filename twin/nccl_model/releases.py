@@ -92,6 +92,11 @@ class ReleaseFacts:
     """2.8 – 2.19: a ring kernel's last loop rounds each rank's piece per channel up to a whole
     quantum (``ring_quantum_bytes``), so a call that does not fill its channels evenly steps at the
     rounded piece while the ranks past the data idle; from 2.20 the host splits it evenly."""
+    tree_simple_chunking: bool
+    """2.8 – 2.19: a Tree Simple AllReduce halves its chunk down to 128, 64, 32 KiB while the call
+    has fewer than ``8×``, ``4×``, ``1×`` the tree's depth chunks per channel (``computeColl``,
+    ``src/enqueue.cc`` @ v2.8.4-1 – v2.19.3-1, ``channels[0].tree.depth``); from 2.20 the chunk
+    is the FIFO step (``calcCollChunking`` @ v2.20.3-1 has no such loop)."""
     cell_scheduler: bool
     """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
     channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
@@ -138,7 +143,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         search_speeds=(_SPEEDS_2_8, _SPEEDS_2_8), sm80_nvlink_bw=21.0,
         # src/collectives/device/all_reduce.h, all_gather.h, reduce_scatter.h @ v2.8.4-1 (and
         # src/device/all_reduce.h @ v2.19.3-1): realChunkSize / chunkSize rounded up to minChunkSize
-        ring_chunk_quantum=True,
+        ring_chunk_quantum=True, tree_simple_chunking=True,
         # src/collectives/device/common.h @ v2.8.4-1: ncclKernel passes the first work as argument
         # to block 0; load_coll copies the rest from channel->workFifo (src/channel.cc:
         # ncclCudaHostCalloc) and reads *comm->abortFlag, both in host memory
@@ -219,7 +224,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
     ((2, 20, 3), "src/graph/tuning.cc, src/enqueue.cc, src/device/all_reduce.h @ v2.20.3-1 (CollNetDirect "
                  "AllGather/ReduceScatter; the host splits a call over channels, last chunk even: "
                  "computeCollLastChunkInfo)",
-     dict(gather_algos=("ring", "nvls", "collnet_direct"), ring_chunk_quantum=False)),
+     dict(gather_algos=("ring", "nvls", "collnet_direct"), ring_chunk_quantum=False, tree_simple_chunking=False)),
     ((2, 21, 5), "src/graph/tuning.cc @ v2.21.5-1 (Ring LL 1/4 -> 1/2, Hopper LL rows)", dict(
         hw_lat=(_lat((.6, 1.25, 28.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25.0), (0, 0, 25.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),

@@ -259,6 +259,12 @@ def chunk_size(info: NcclCommInfo, op: Op, algo: Algo, proto: Proto, nbytes: int
         for mult, size in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
             if nbytes < mult * ops * chunk and chunk > size:
                 chunk = size
+    elif algo is Algo.TREE and proto is Proto.SIMPLE and tuner_constants(info.nccl_version).facts.tree_simple_chunking:
+        # connect.cc @ v2.8.4-1: "depth = nRanks/nNodes - 1 + log2i(nNodes)"
+        depth = info.nranks // info.nnodes - 1 + (info.nnodes.bit_length() - 1)
+        for floor, mult in ((131072, 8), (65536, 4), (32768, 1)):
+            while nbytes // (nchannels * chunk) < depth * mult and chunk > floor:
+                chunk //= 2
     elif algo is Algo.TREE and proto is Proto.LL128:
         nsteps = 1 + (info.nnodes.bit_length() - 1) + 0.1 * ppn
         for floor, mult in ((131072, 64), (32768, 16)):

@@ -66,6 +66,17 @@ def test_chunk_shrinking():
     assert chunk_size(A100, Op.ALLGATHER, Algo.PAT, Proto.SIMPLE, 4 << 20) == 128 << 10
 
 
+def test_nccl_2_8_to_2_19_halve_a_tree_simple_chunk_against_the_trees_depth():
+    # computeColl @ v2.8.4-1 – v2.19.3-1: depth = 16/2 − 1 + log2i(2) = 8; halve while nBytes /
+    # (nChannels × chunk) < 8 × 8 (down to 128 KiB), < 8 × 4 (64 KiB), < 8 (32 KiB).  2.20 dropped it.
+    old = replace(A100, nranks=16, nnodes=2, nccl_version=(2, 8, 4))
+    per_channel = {32 << 20: 512 << 10, 16 << 20: 256 << 10, 4 << 20: 128 << 10, 1 << 20: 64 << 10, 256 << 10: 32 << 10}
+    for nbytes, chunk in per_channel.items():
+        assert chunk_size(old, Op.ALLREDUCE, Algo.TREE, Proto.SIMPLE, nbytes, 1) == chunk, nbytes
+    assert chunk_size(replace(old, nccl_version=(2, 20, 3)), Op.ALLREDUCE, Algo.TREE, Proto.SIMPLE, 1 << 20, 1) == (
+        512 << 10)
+
+
 def test_thread_choices():
     assert max_threads(A100, Algo.RING, Proto.SIMPLE) == 512
     assert max_threads(A100, Algo.RING, Proto.LL128) == 640
