@@ -200,7 +200,15 @@ GIB_A4_LL = ("two a4 VMs of 8 B200: Google's gIB tuner (tuner_config_a4.txtpb) k
              "channels is bound by their LL line rate (78 µs at 4 MiB against 42 at 2 MiB; Broadcast and Reduce 111) "
              "and its LL128 takes 56 (74), a 27-33 % fall; Google tuned that threshold on the VMs, and no public a4 "
              "2x8 measurement says whether the twin's LL is too slow or its LL128 too fast there")
+GIB_A3U_LL = ("two a3-ultra VMs of 8 H200: a two-node LL chain's network hop holds a whole LL step, written one CTA "
+              "pass of lines at a time (sendProxyProgress posts it whole, after checking every line in host memory), "
+              "and Google's gIB tuner (tuner_config_a3u.txtpb) moves a Broadcast or Reduce from NCCL's own 2 channels "
+              "to Ring LL on 8 at 8 KiB per rank: 65,472 B on 2 channels of 256 threads hold 32 KiB each and take "
+              "53.4 µs, 128 KiB on 8 of 512 hold 16 KiB and take 39.8, a 25.4 % fall, where rule (b)'s thread step "
+              "needs the channels to carry no less data; no public a3-ultra 2x8 measurement of a chain says "
+              "whether NCCL's time falls there")
 KNOWN_MISSES = {
+    **{("gcp-a3-ultra:2x8", op): GIB_A3U_LL for op in (Op.BROADCAST, Op.REDUCE)},
     **{("gcp-a4:2x8", op): GIB_A4_LL for op in (Op.ALLGATHER, Op.REDUCESCATTER, Op.BROADCAST, Op.REDUCE)},
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
     **{(f"{p}:4", Op.ALLREDUCE): SHM_TREE for p in ("h100-nvl", "h100-pcie")},

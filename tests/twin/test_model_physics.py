@@ -15,7 +15,7 @@ from traces.task import Op
 from tuner.config import Algo, Config, Proto, Transport
 from tuner.rules import ALGORITHMS_FOR_OP
 from tuner.space import resource_grid
-from twin.model.geometry import CommGeometry
+from twin.model.geometry import LL_SCAN_WAIT_SHARE, CommGeometry
 from twin.model.host import NCCL_TESTS_ITERS
 from twin.model.netpath import ll_scan_us, net_step_latency_us, proxy_overhead_us, proxy_post_us
 from twin.model.protocols import cta_copy_gbps, hop_latency_us, store_efficiency
@@ -167,11 +167,11 @@ def test_a_rings_data_cuts_through_nvlink_but_not_the_network():
     """Inside a node an LL ring step's data follows one grain behind its sender; across the network
     the proxy posts the step once the kernel has written all of it and it has checked every line
     (``sendProxyProgress``), so each network hop of the ring waits for the whole step: on two
-    one-GPU VMs (every hop crosses the network) a step's wait grows by the step's own write and its
-    scan (``netpath.ll_scan_us``), on one node not at all."""
+    one-GPU VMs (every hop crosses the network) a step's wait grows by the step's own write and a
+    share of its scan (``netpath.ll_scan_us``, ``LL_SCAN_WAIT_SHARE``), on one node not at all."""
     def wait_us(geom: CommGeometry, nbytes: int) -> tuple[float, float, float]:
         s = schedule_for(geom, Op.ALLREDUCE, nbytes, Algo.RING, Proto.LL, 1, 512, 1 << 15)
-        scan = float(ll_scan_us(Proto.LL, s.step_bytes, geom.cpu_vendor, geom.params))
+        scan = LL_SCAN_WAIT_SHARE * float(ll_scan_us(Proto.LL, s.step_bytes, geom.cpu_vendor, geom.params))
         return float(s.latency_us(s.gbps)), float(s.step_bytes - s.unit_bytes) / (float(s.gbps) * 1e3), scan
 
     vms = CommGeometry(load_cluster("gcp-a3-ultra", nodes=2, gpus_per_node=1))

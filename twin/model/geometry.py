@@ -392,6 +392,16 @@ _LINKS_KEPT = 8
 """Link-use tables a load keeps (one per set of link efficiencies)."""
 
 
+LL_SCAN_WAIT_SHARE = 0.35
+"""The share of a whole step's scan an LL step waits, after its last line lands, for the send
+proxy's check (``CommGeometry.ll_scan``), measured on our H200 host: the mean over the nine runs of
+64 KiB steps of lines written one CTA pass at a time at 2-8 GB/s on one channel
+(``benchmarks/data/h200-ll-scan.txt``, "paced nch=1": 1.15-2.43 µs beyond a one-line step's round
+trip, against 4.1 µs for the scan of a step already written).  A pass that rescans the step while
+it fills ends at a point as likely as any other after the last line lands, which would give half
+a pass; the rescans read lines already in the thread's cache, so a pass is shorter than a scan."""
+
+
 class CommGeometry:
     """The ranks of one communicator on a cluster, with the transport NCCL uses inside nodes.
 
@@ -870,19 +880,20 @@ class CommGeometry:
         """What the LL send proxy's check of every line (``netpath.ll_scan_us``) adds to a schedule
         of ``pattern`` on ``nchannels`` channels: (CPU time on the busiest sending proxy thread per
         step of ``step_bytes``, one scan per LL step it sends; the latency a step gains on its way,
-        the scan of its whole network message of ``message_bytes`` after the last line lands, at
+        for the scan of its whole network message of ``message_bytes`` after the last line lands, at
         the share of the hops that cross the network).  (0, 0) for LL128, Simple and one node.
 
-        On our H200 host the thread is ready a 64 KiB step's scan after the GPU's last store
-        (``net.ll_scan_intel_ns``); a thread that checks a step still being written reads again
-        from line 0, but those lines stay in its cache and the last pass ends with the last line.
+        The step's latency is a share of a scan (``LL_SCAN_WAIT_SHARE``): the kernel writes an LL
+        step as fast as its data arrives, so the thread is scanning again and again while the step
+        fills (from line 0, the lines already written staying in its cache), and the last line
+        lands at a point of a pass as likely as any other.
         """
         share = self.share(pattern, nchannels, proto)
         if not share.scan_sends:
             return 0.0, 0.0
         work = share.scan_sends * ll_scan_us(proto, step_bytes, self.cpu_vendor, self.params)
         hops = 1.0 if pattern in _SAME_ON_EVERY_CHANNEL else self.network_share(pattern)  # point to point: one hop
-        return work, hops * ll_scan_us(proto, message_bytes, self.cpu_vendor, self.params)
+        return work, hops * LL_SCAN_WAIT_SHARE * ll_scan_us(proto, message_bytes, self.cpu_vendor, self.params)
 
     def network_share(self, pattern: str) -> float:
         """The share of the hops a piece of data crosses in ``pattern`` (as ``path_latency_us``
