@@ -94,6 +94,7 @@ FARMSHARE = str(CLUSTERS / "farmshare-l40s.yaml")
 ABCI = "abci-a"
 AZURE_A100_80 = str(CLUSTERS / "azure-nda100v4-80gb.yaml")
 GCP_A4 = str(CLUSTERS / "gcp-a4-b200.yaml")
+GCP_A3U_DRANET = str(CLUSTERS / "gcp-a3-ultra-dranet-1gpu-1nic.yaml")
 AWS_P4DE = str(CLUSTERS / "aws-p4de.yaml")
 AWS_P5 = str(CLUSTERS / "aws-p5.yaml")
 IB, EFA, EFA_V1 = "infiniband", "efa", "efa-v1"
@@ -143,11 +144,13 @@ RUNS = {
     # Azure AI-benchmarking-guide: one process drives 8 GPUs (-g 8); H200 with NCCL_ALGO=NVLS.
     "azure-ndH200v5-8gpu-intranode-allreduce-NVLS-busbw-summary": Run("hgx-h200", gpus_per_process=8),
     "azure-ndA100v4-80gb-8gpu-intranode-allreduce-busbw-summary": Run(AZURE_A100_80, gpus_per_process=8),
-    # GCP over RoCE (gIB): B200 a4 and H200 a3-ultra VMs; "2gpu-2node" is one GPU per VM.
+    # GCP over RoCE (gIB): B200 a4 and H200 a3-ultra VMs; "2gpu-2node" is one GPU per VM.  The a4
+    # pods claim GPU and NIC on one PCIe root (DraNet's pcieRoot constraint); the a3-ultra pods get
+    # any GPU and a NIC by name, a GPU of the other socket (the cluster file says how we know).
     "gcp-a4-b200-2gpu-intranode-allgather": Run(GCP_A4),
     "gcp-a4-b200-2gpu-2node-allgather-roce": Run(GCP_A4, nodes=2, gpus_per_node=1, fabric=GIB_A4),
-    "gcp-a3ultra-h200-2gpu-2node-allgather-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=GIB_A3U),
-    "gcp-a3ultra-h200-2gpu-2node-allreduce-roce": Run("gcp-a3-ultra", nodes=2, gpus_per_node=1, fabric=GIB_A3U),
+    "gcp-a3ultra-h200-2gpu-2node-allgather-roce": Run(GCP_A3U_DRANET, nodes=2, fabric=GIB_A3U),
+    "gcp-a3ultra-h200-2gpu-2node-allreduce-roce": Run(GCP_A3U_DRANET, nodes=2, fabric=GIB_A3U),
     # Nebius H200, 8x 400 Gb/s NDR per node; the job's image ships NCCL 2.23.4.
     "nebius-h200-16gpu-2node-allreduce-ib-1G-16G": Run("hgx-h200", nodes=2, nccl="2.23.4", fabric=IB),
     # AWS EFA: 2x p4de (4x 100 Gb/s first-generation EFA each), 2x p5 (32x 100 Gb/s EFA v2 each).

@@ -51,6 +51,12 @@ class HostCpu:
     boost_ghz: float
     """Maximum single-core boost clock (the vendor's data sheet)."""
     aliases: tuple[str, ...] = ()
+    socket_memory_gbps: float | None = None
+    """GB/s per direction that DMA to the other socket's memory (a NIC or GPU reading or writing
+    host memory across the socket interconnect) gets in a two-socket node: the vendor's links per
+    socket times each link's payload rate (``_HOST_CPUS``); None where not sourced.  Not NCCL's
+    inter-CPU figure (``twin.hardware.socket_link_gbps``), which its search uses for GPU-to-GPU
+    peer traffic through the CPUs."""
 
     @property
     def single_thread(self) -> float:
@@ -58,12 +64,23 @@ class HostCpu:
         return self.boost_ghz * GB5_PER_GHZ[self.core] / _REFERENCE_SCORE
 
 
-# Boost clocks from AMD's and Intel's product pages.
+UPI_BYTES_PER_TRANSFER = 2.0
+"""Payload bytes a UPI (or QPI) link moves per transfer in each direction: 20 lanes, 64 data bits
+of each 80-bit flit (9.6 GT/s QPI: 19.2 GB/s, 10.4 GT/s UPI: 20.8 GB/s per direction per link).
+Intel publishes no GB/s for UPI 2.0's 24 lanes; the UPI 1.0 figure is taken, a lower bound."""
+XGMI2_LINK_GBPS = 18 * 16 / 8 * 8 / 9
+"""AMD xGMI-2 (Rome, Milan) socket-to-socket link: x16 at 18 GT/s, 36 GB/s per direction, less
+the CRC's 1/9 (32 GB/s).  Two-socket EPYC joins the sockets with 4 such links (64 lanes as x16 × 4)."""
+
+# Boost clocks from AMD's and Intel's product pages; socket links from Intel's product pages (ARK:
+# Xeon Platinum 8568Y+ 4 UPI links at 20 GT/s, 8480C/8480+ 4 at 16 GT/s) and AMD's xGMI-2.
 _HOST_CPUS = (
-    HostCpu("Xeon-8568Y+", "raptor-cove", 4.0, aliases=("emerald-rapids",)),
-    HostCpu("Xeon-8480C", "golden-cove", 3.8, aliases=("xeon-8480+", "sapphire-rapids")),
-    HostCpu("EPYC-7742", "zen2", 3.4, aliases=("rome",)),
-    HostCpu("EPYC-7763", "zen3", 3.5, aliases=("milan",)),
+    HostCpu("Xeon-8568Y+", "raptor-cove", 4.0, aliases=("emerald-rapids",),
+            socket_memory_gbps=4 * 20 * UPI_BYTES_PER_TRANSFER),
+    HostCpu("Xeon-8480C", "golden-cove", 3.8, aliases=("xeon-8480+", "sapphire-rapids"),
+            socket_memory_gbps=4 * 16 * UPI_BYTES_PER_TRANSFER),
+    HostCpu("EPYC-7742", "zen2", 3.4, aliases=("rome",), socket_memory_gbps=4 * XGMI2_LINK_GBPS),
+    HostCpu("EPYC-7763", "zen3", 3.5, aliases=("milan",), socket_memory_gbps=4 * XGMI2_LINK_GBPS),
     HostCpu("EPYC-9654", "zen4", 3.7, aliases=("genoa",)),
 )
 REFERENCE_HOST_CPU = _HOST_CPUS[0]

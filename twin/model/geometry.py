@@ -222,6 +222,20 @@ def _use_efficiency(proto: Proto, kind: tuple[str, bool, bool], params: TwinPara
         params.link.root_complex_p2p_efficiency if kind[2] else 1.0)
 
 
+def _use_bw(h: Hop, forwarded: bool) -> float:
+    """The GB/s of hop ``h`` for a use forwarded by a root complex or not.  A socket link carries
+    memory traffic (a NIC's or a GPU's DMA to the far socket's host memory: host-staged network
+    bytes, SHM) at the interconnect's own rate (``Hop.memory_bw``: UPI or xGMI links × their rate);
+    peer-to-peer requests forwarded across it keep NCCL's inter-CPU figure (``Hop.bw``).  A link
+    that carries both is held to the lower (``_profiles``).
+
+    >>> link = Hop("n0/cpu1", "n0/cpu0", "cpu", 40.0, 0.6, memory_bw=160.0)
+    >>> _use_bw(link, forwarded=False), _use_bw(link, forwarded=True)
+    (160.0, 40.0)
+    """
+    return h.bw if forwarded or h.memory_bw is None else h.memory_bw
+
+
 def _counted(items) -> list[list]:
     """``[item, copies]`` for each distinct object of ``(item, copies)`` pairs, its copies summed,
     in first-seen order (objects are told apart by identity: shared lists and flows count once).
@@ -324,7 +338,7 @@ class _Load:
         for (h, dma, via_cpu), count in self.uses.items():
             link = h.src, h.dst
             raw[link] = raw.get(link, 0.0) + count / efficiency[h.kind, dma, via_cpu]
-            capacity[link] = h.bw
+            capacity[link] = min(capacity.get(link, math.inf), _use_bw(h, via_cpu))
         return tuple(LinkUse(link, r, capacity[link]) for link, r in raw.items())
 
     def distinct(self) -> set[tuple[tuple, float]]:
@@ -383,7 +397,7 @@ def _profiles(uses: dict) -> dict[tuple[str, str], tuple[tuple, float]]:
     for (h, dma, via_cpu), count in uses.items():
         link = (h.src, h.dst)
         per_link.setdefault(link, []).append(((h.kind, dma, via_cpu), count))
-        capacity[link] = h.bw
+        capacity[link] = min(capacity.get(link, math.inf), _use_bw(h, via_cpu))
     interned: dict[tuple, tuple] = {}
     return {link: (interned.setdefault(tuple(p), tuple(p)), capacity[link]) for link, p in per_link.items()}
 
@@ -749,7 +763,8 @@ class CommGeometry:
 
     def _edge_hop(self, u: str, v: str) -> Hop:
         data = self.cluster.graph.edges[u, v]
-        return Hop(src=u, dst=v, kind=data["kind"], bw=data["bw"], lat_us=data["lat_us"])
+        return Hop(src=u, dst=v, kind=data["kind"], bw=data["bw"], lat_us=data["lat_us"],
+                   memory_bw=data.get("memory_bw"))
 
     def pair_flows(self) -> list[Flow]:
         """AllToAll: every rank to every other rank."""
@@ -929,7 +944,8 @@ class CommGeometry:
                     count[h.src, h.dst] = count.get((h.src, h.dst), 0) + h.share
 
             def rate(f: Flow) -> float:
-                return min(h.bw * _use_efficiency(proto, (h.kind, f.kind == "net", _forwarded(f, h)), self.params)
+                return min(_use_bw(h, _forwarded(f, h))
+                           * _use_efficiency(proto, (h.kind, f.kind == "net", _forwarded(f, h)), self.params)
                            / count[h.src, h.dst] for h in f.hops)
 
             if pattern == "tree":

@@ -77,7 +77,8 @@ def _add_node(graph: nx.Graph, node: NodeSpec, host: int, nic: dict[str, str]) -
         graph.add_node(cpu, kind=CPU, host=host, socket=s, vendor=node.cpu_vendor, model=node.cpu_model)
     for i, a in enumerate(cpus):
         for b in cpus[i + 1:]:
-            graph.add_edge(a, b, kind=CPU_LINK, bw=node.socket_link_bw, lat_us=lat["cpu"], nlinks=1)
+            graph.add_edge(a, b, kind=CPU_LINK, bw=node.socket_link_bw, lat_us=lat["cpu"], nlinks=1,
+                           memory_bw=node.socket_memory_bw or node.socket_link_bw)
 
     link_bw = pcie_gbps(node.pcie_gen, node.pcie_lanes)
     gpu_bw = pcie_gbps(min(node.pcie_gen, spec.pcie_gen), spec.pcie_lanes)

@@ -51,6 +51,9 @@ class Hop:
     share: float = 1.0
     """The part of its flow's payload the hop carries: ``1/n`` on each of the ``n`` rails a
     striping net plugin spreads a channel's messages over (``Cluster.striped_route``)."""
+    memory_bw: float | None = None
+    """A socket link's GB/s for DMA to the far socket's memory (``NodeSpec.socket_memory_bw``),
+    where ``bw`` is NCCL's inter-CPU figure; None on every other link."""
 
 
 class Cluster:
@@ -592,7 +595,8 @@ class Cluster:
             hop = self._hop_of.get((a, b))
             if hop is None:
                 data = self.graph.edges[a, b]
-                hop = self._hop_of[a, b] = Hop(a, b, data["kind"], data["bw"], data["lat_us"])
+                hop = self._hop_of[a, b] = Hop(a, b, data["kind"], data["bw"], data["lat_us"],
+                                                memory_bw=data.get("memory_bw"))
             hops.append(hop)
         return hops
 

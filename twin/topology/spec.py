@@ -75,7 +75,10 @@ class NodeSpec:
     cpu_model: str = "unknown"
     """Host CPU model (``twin.host_cpu``): how fast its cores run the framework's host thread."""
     socket_link_bw: float = 10.0
-    """GB/s per direction between two sockets."""
+    """GB/s per direction between two sockets, as NCCL's search counts it (``socket_link_gbps``)."""
+    socket_memory_bw: float | None = None
+    """GB/s per direction between two sockets for DMA to the far socket's memory (the twin's time
+    for host-staged and SHM bytes, ``twin.host_cpu.HostCpu.socket_memory_gbps``); None: ``socket_link_bw``."""
     pcie_gen: int = 4
     pcie_lanes: int = 16
     pcie_acs: bool = False
@@ -302,7 +305,7 @@ def _parse_node(sec: _Section) -> NodeSpec:
         raise sec.error(str(err), "gpu") from None
     gpus = sec.int("gpus", low=1)
     nvswitch_links, pairs = _parse_nvlink(sec.section("nvlink"), gpu.nvlinks, gpus)
-    sockets, vendor, cpu_model, link_bw = _parse_cpu(sec.section("cpu"))
+    sockets, vendor, cpu_model, link_bw, memory_bw = _parse_cpu(sec.section("cpu"))
     nic_gbps = _parse_nics(sec.section("nics"))
     pcie = sec.section("pcie", required=True)
     gen = pcie.int("gen", gpu.pcie_gen, low=1)
@@ -319,8 +322,8 @@ def _parse_node(sec: _Section) -> NodeSpec:
     sec.done()
     return NodeSpec(gpu=gpu.model, gpus=gpus, switches=switches, root_ports=root_ports, nic_gbps=nic_gbps,
                     nvswitch_links=nvswitch_links, nvlink_pairs=pairs, sockets=sockets, cpu_vendor=vendor,
-                    cpu_model=cpu_model, socket_link_bw=link_bw, pcie_gen=gen, pcie_lanes=lanes, pcie_acs=acs,
-                    latency_us=latency)
+                    cpu_model=cpu_model, socket_link_bw=link_bw, socket_memory_bw=memory_bw, pcie_gen=gen,
+                    pcie_lanes=lanes, pcie_acs=acs, latency_us=latency)
 
 
 def _parse_nvlink(sec: _Section | None, model_links: int, gpus: int) -> tuple[int, tuple]:
@@ -344,22 +347,25 @@ def _parse_nvlink(sec: _Section | None, model_links: int, gpus: int) -> tuple[in
     return (links if nvswitch else 0), tuple(pairs)
 
 
-def _parse_cpu(sec: _Section | None) -> tuple[int, str, str, float]:
+def _parse_cpu(sec: _Section | None) -> tuple[int, str, str, float, float | None]:
     if sec is None:
-        return 1, "unknown", "unknown", socket_link_gbps("unknown")
+        return 1, "unknown", "unknown", socket_link_gbps("unknown"), None
     sockets = sec.int("sockets", 1, low=1)
     vendor = sec.str("vendor", "unknown")
     if vendor not in CPU_VENDORS:
         raise sec.error(f"unknown CPU vendor {vendor!r} (known: {', '.join(CPU_VENDORS)})", "vendor")
     model = sec.str("model", "unknown")
+    memory_bw = None
     if model != "unknown":
         try:
-            model = host_cpu(model).model
+            cpu = host_cpu(model)
         except TopologyError as err:
             raise sec.error(str(err), "model") from None
+        model, memory_bw = cpu.model, cpu.socket_memory_gbps
     link_bw = sec.number("link_bw", socket_link_gbps(vendor), positive=True)
+    memory_bw = sec.number("memory_bw", memory_bw, positive=True)
     sec.done()
-    return sockets, vendor, model, link_bw
+    return sockets, vendor, model, link_bw, memory_bw
 
 
 def _parse_nics(sec: _Section | None) -> tuple[float, ...]:
@@ -474,6 +480,8 @@ def _dump(spec: ClusterSpec) -> dict[str, Any]:
         body["nvlink"] = {"pairs": [list(p) for p in node.nvlink_pairs]}
     body["cpu"] = {"sockets": node.sockets, "vendor": node.cpu_vendor, "model": node.cpu_model,
                    "link_bw": node.socket_link_bw}
+    if node.socket_memory_bw is not None:
+        body["cpu"]["memory_bw"] = node.socket_memory_bw
     body["pcie"] = {"gen": node.pcie_gen, "lanes": node.pcie_lanes,
                     "switches": [_dump_group(g) for g in node.switches],
                     "root_ports": [_dump_group(g) for g in node.root_ports]}

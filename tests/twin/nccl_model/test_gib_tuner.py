@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -10,11 +11,14 @@ from tuner.config import Algo, Proto
 from twin.nccl_model import NcclCommInfo, default_resources, nccl_choice
 from twin.nccl_model.cost_table import implemented
 from twin.nccl_model.gib_tuner import TUNER_CONFIGS, tuner_config, tuner_for_path
+from twin.nccl_model.inputs import PathType
 from twin.nccl_model.search import comm_info
+from twin.placement import Communicator
 from twin.topology import load_cluster
 from twin.topology.loader import dump_spec, read_spec
 
 MIB = 1 << 20
+A3U_DRANET = Path(__file__).resolve().parents[3] / "benchmarks" / "clusters" / "gcp-a3-ultra-dranet-1gpu-1nic.yaml"
 
 
 @pytest.mark.parametrize("name", sorted(TUNER_CONFIGS))
@@ -79,3 +83,22 @@ def test_one_node_has_no_table_block_so_nccl_chooses_alone():
     info = comm_info(cluster, cluster.gpus()[:2], nccl_version=(2, 26, 6))
     assert info.tuner_config is None  # the profile binds between nodes only; no block of either table has one node
     assert all(tuner_config(n).rule(1, 8, Op.ALLGATHER, 1 << 30, nranks=8) is None for n in TUNER_CONFIGS)
+
+
+def test_a3_ultra_dranet_pods_reach_their_nic_through_both_sockets_so_nccl_stages_and_drops_ll128():
+    """The held-out a3-ultra logs' pods (benchmarks/clusters/gcp-a3-ultra-dranet-1gpu-1nic.yaml): a
+    GPU of socket 1, a NIC of socket 0.  NCCL's path between them is SYS: no GPUDirect RDMA (the
+    bytes staged in host memory, across the socket link) and no LL128 (inter path worse than PXN),
+    so the a3u table's Ring LL128 rows fall back on NCCL's own choice; the preset's own pairs keep
+    both."""
+    pod, paired = load_cluster(A3U_DRANET, nodes=2), load_cluster("gcp-a3-ultra", nodes=2, gpus_per_node=1)
+    info, own = (comm_info(c, c.gpus(), nccl_version=(2, 25, 1)) for c in (pod, paired))
+    assert (info.type_inter, own.type_inter) == (PathType.SYS, PathType.PIX)
+    assert info.tuner_config == own.tuner_config == "gib-a3u" and info.nchannels == own.nchannels == 4
+    for nbytes in (256 << 10, 1 * MIB):  # the table: Ring LL128 from 64 KiB to 2 MiB per rank
+        assert nccl_choice(own, Op.ALLREDUCE, nbytes).proto is Proto.LL128
+        assert (nccl_choice(info, Op.ALLREDUCE, nbytes).algo, nccl_choice(info, Op.ALLREDUCE, nbytes).proto) == (
+            Algo.RING, Proto.LL)
+    flows = [Communicator.first(c, 2).geometry().flow(*c.gpus()) for c in (pod, paired)]
+    assert [(f.gdr_send, f.gdr_recv) for f in flows] == [(False, False), (True, True)]
+    assert [h.kind for h in flows[0].hops].count("cpu") == 2  # the socket link on both VMs
