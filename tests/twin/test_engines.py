@@ -25,6 +25,12 @@ def one_node_h100():
     return CommGeometry(cluster, cluster.gpus())
 
 
+@pytest.fixture(scope="module")
+def two_node_a100_nccl28():
+    cluster = load_cluster("dgx-a100", nodes=2)
+    return CommGeometry(cluster, cluster.gpus(), nccl_version=(2, 8, 4))
+
+
 def _cases(geom):
     for op in Op:
         for algo in Algo:
@@ -50,6 +56,16 @@ def test_engines_agree_within_2_percent_on_lone_collectives(geometry, request):
         fast = float(schedule.time_us())
         des = simulate([CollectiveRun(schedule)])[0]
         assert des == pytest.approx(fast, rel=0.02), (op, algo, proto, nbytes)
+
+
+def test_engines_agree_on_trees_that_reduce_up_before_they_broadcast_down(two_node_a100_nccl28):
+    # NCCL 2.8's Tree LL and Simple run their two passes one after the other (``Schedule.passes``).
+    trees = [(proto, nbytes, s) for op, algo, proto, nbytes, s in _cases(two_node_a100_nccl28)
+             if op is Op.ALLREDUCE and algo is Algo.TREE]
+    assert {proto for proto, _, s in trees if s.passes == 2} == {Proto.LL, Proto.SIMPLE}
+    for proto, nbytes, schedule in trees:
+        assert simulate([CollectiveRun(schedule)])[0] == pytest.approx(float(schedule.time_us()), rel=0.02), (
+            proto, nbytes)
 
 
 def test_concurrent_collectives_share_links(two_node_a100):

@@ -29,6 +29,7 @@ from twin.model.schedule import (
     schedule_for,
     tree_cta_gbps,
     tree_split,
+    tree_up_down_cta_gbps,
 )
 from twin.params import DEFAULT_PARAMS
 from twin.placement import Communicator
@@ -565,6 +566,33 @@ def test_nvls_tree_can_be_forced_by_its_name():
 
 def _dgx_a100(version):
     return Communicator.first(load_cluster("dgx-a100"), nccl_version=version)
+
+
+def test_nccl_2_8_trees_reduce_up_before_they_broadcast_down():
+    """NCCL 2.8's Tree LL and Simple run the reduce over all the data up the tree, then the
+    broadcast down, each on every thread (``all_reduce.h`` @ v2.8.4-1); LL128 and every protocol
+    from 2.10.3 split the threads and run both at once.  So 2.8's LL tree is two pipelines one
+    after the other, each chunk paced twice, at the rate of all 512 threads per pass, and on its
+    links each pass alone."""
+    cluster = load_cluster("dgx-a100", nodes=2)
+    old, new = (CommGeometry(cluster, cluster.gpus(), nccl_version=v) for v in ((2, 8, 4), (2, 10, 3)))
+    ll = Config(Algo.TREE, Proto.LL, Transport.P2P, 2, 512, 16384)
+    up_down, split = (build_schedule(g, Op.ALLREDUCE, 4 * MIB, ll) for g in (old, new))
+    assert (up_down.passes, split.passes) == (2, 1)
+    assert up_down.n_steps == up_down.steps + 2 * (up_down.loops - 1)
+    assert split.n_steps == split.steps + split.loops - 1
+    ll128 = Config(Algo.TREE, Proto.LL128, Transport.P2P, 2, 640, 30720 * 4)
+    assert build_schedule(old, Op.ALLREDUCE, 4 * MIB, ll128).passes == 1
+    # One pass on all threads beats the split's 30% broadcast group, but each byte takes two.
+    assert float(up_down.cap_gbps) > 2 * float(split.cap_gbps)
+    assert float(up_down.cap_gbps) == pytest.approx(float(tree_up_down_cta_gbps(
+        cluster.gpu.hbm_gbps, Proto.LL, 512, 16, False, params=old.params, root_net_children=1)))
+    # A pass loads a subset of the tree's flows, so its links move at least the two passes' share.
+    assert min(old.tree_pass_gbps(2, Proto.LL)) >= old.share("tree", 2, Proto.LL).gbps
+    # Two ranks: the root reduces (3 operations per byte), then sends (2).
+    rate = [cta_copy_gbps(1555.0, Proto.LL, 512, ops) for ops in (3.0, 2.0)]
+    assert float(tree_up_down_cta_gbps(1555.0, Proto.LL, 512, 2, False)) == pytest.approx(
+        2 / (1 / rate[0] + 1 / rate[1]))
 
 
 def test_nccl_2_8_ring_kernels_step_at_the_rounded_piece():

@@ -40,14 +40,15 @@ def _collective(env: simpy.Environment, net: FluidNetwork, run: CollectiveRun, e
     begin, proxy_bound = env.now, 0.0
     for i in range(int(s.n_steps)):
         # A pipeline's first chunk crosses each hop at that hop's rate (``Schedule.fill_scale``).
-        fill = float(s.fill_scale) if i < s.fill_steps else 1.0
+        is_fill = s.is_fill_step(i)
+        fill = float(s.fill_scale) if is_fill else 1.0
         transfer = net.start(float(s.step_bytes) * fill, s.links, float(s.cap_gbps))
         rate = max(transfer.rate_gbps, 1e-9)
         if i == 0 and s.shape == "rounds":
             # Rounds end no sooner than their busiest proxy thread posts them (``proxy_bound_us``).
             proxy_bound = float(s.proxy_bound_us(rate))
         # A full pipeline's chunk waits for a share of a step's latency only (``Schedule.pace_us``).
-        wait = s.latency_us(rate, fill) if i < s.fill_steps else max(
+        wait = s.latency_us(rate, fill) if is_fill else max(
             s.step_time_us(rate, held=False) / s.in_flight - s.sync_us, s.proxy_us - s.sync_us, 0.0)
         yield transfer.done & env.timeout(float(wait))
         if s.sync_us:

@@ -891,6 +891,22 @@ class CommGeometry:
                                              scan_sends=scan_sends)
         return self._shares[key]
 
+    def tree_pass_gbps(self, nchannels: int, proto: Proto) -> tuple[float, float]:
+        """The per-channel payload rate of the tree's up flows alone and of its down flows alone on
+        ``nchannels`` channels (``share``'s rate, of one pass): where a CTA runs its passes one
+        after the other (``ReleaseFacts.tree_up_down``), every channel's links carry one of them at
+        a time.  ``tree_flows`` lists each hop's flow up before the one down."""
+        key = ("tree_pass", nchannels, proto)
+        if key not in self._latencies:
+            rates = []
+            for way in (0, 1):
+                load = _Load()
+                for channel in range(nchannels):
+                    load = load.plus(self.channel_flows("tree", channel)[way::2])
+                rates.append(load.links(proto, self.params)[1])
+            self._latencies[key] = tuple(rates)
+        return self._latencies[key]
+
     def ll_scan(self, pattern: str, nchannels: int, proto: Proto, step_bytes, message_bytes) -> tuple:
         """What the LL send proxy's check of every line (``netpath.ll_scan_us``) adds to a schedule
         of ``pattern`` on ``nchannels`` channels: (CPU time on the busiest sending proxy thread per

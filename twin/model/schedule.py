@@ -10,7 +10,9 @@ Two shapes cover NCCL's algorithms:
   posts pace the rounds on their own (``Schedule.proxy_bound_us``).
 * **pipeline** (Broadcast, Reduce, Tree, CollNet, NVLS, SendRecv): ``loops`` chunks stream
   down a chain of ``steps`` hops; the last chunk leaves the chain ``steps + loops - 1`` step
-  times after the first one entered it.
+  times after the first one entered it.  A tree whose CTA runs its reduce up before its
+  broadcast down (NCCL < 2.10's LL and Simple, ``ReleaseFacts.tree_up_down``) is two such
+  pipelines one after the other (``passes``).
 
 Per step, ``unit_bytes`` is the cut-through grain: a receiver forwards a Simple slice once it
 has all of it (a ring step is cut into two slices of what it really carries), but LL and LL128
@@ -37,7 +39,7 @@ from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
 from twin.model.protocols import cta_copy_gbps, store_efficiency
 from twin.model.shm import receive_gbps
 from twin.model.workfifo import work_fetch_us
-from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS
+from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS, tuner_constants
 from twin.nccl_model.select import ring_quantum_bytes
 from twin.params import DEFAULT_PARAMS, TwinParams
 
@@ -165,6 +167,10 @@ class Schedule:
     """Down a one-way chain, the share of its fill that a call issued back to back still waits
     for (``CommGeometry.repeat_coupling``): 0 where the calls overlap down to the interval (one
     channel; channels that visit the ranks in one order), up to 1 where none overlaps."""
+    passes: int = 1
+    """A pipeline's passes over its chain one after another, each of ``steps / passes`` hops and
+    every chunk: 2 for a tree that reduces all its data up before it broadcasts any down
+    (``ReleaseFacts.tree_up_down``), 1 where both run at once (``tree_split``)."""
 
     @cached_property
     def lumped_caps(self) -> dict[float, float]:
@@ -176,13 +182,22 @@ class Schedule:
     @property
     def n_steps(self):
         """Step times from the first send to the last receive."""
-        return self.loops * self.steps if self.shape == "rounds" else self.steps + self.loops - 1
+        if self.shape == "rounds":
+            return self.loops * self.steps
+        return self.steps + self.passes * (self.loops - 1)
 
     @property
     def fill_steps(self):
         """The steps that wait for their full latency: every round; a pipeline's first chunk
-        down its chain (the rest follow it ``in_flight`` at a time)."""
+        down its chain in each pass (the rest follow it ``in_flight`` at a time)."""
         return self.n_steps if self.shape == "rounds" else self.steps
+
+    def is_fill_step(self, i: int) -> bool:
+        """Whether step ``i`` of the engines' walk is one of the ``fill_steps``: the first
+        ``steps / passes`` of each pass."""
+        if self.shape == "rounds":
+            return True
+        return i % (int(self.n_steps) // self.passes) < self.steps // self.passes
 
     def pace_us(self, gbps):
         """Once a pipeline is full, the time between two chunks at ``gbps`` (no network hold:
@@ -220,8 +235,8 @@ class Schedule:
 
     def interval_us(self):
         """A call's time at its busiest rank: its launch plus one paced step per chunk (the host's
-        skew left out: queued kernels wait for no launch)."""
-        return self.launch_us - self.host.skew_us + self.loops * self.pace_us(self.gbps)
+        skew left out: queued kernels wait for no launch), in every pass."""
+        return self.launch_us - self.host.skew_us + self.passes * self.loops * self.pace_us(self.gbps)
 
     def gpu_period_us(self):
         """Time between two calls already queued on the GPUs, uncontended.
@@ -337,7 +352,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
                extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
-               recv_threads=nthreads, net_hops: float | None = None) -> Schedule:
+               recv_threads=nthreads, net_hops: float | None = None, passes: int = 1) -> Schedule:
         share = geom.share(pattern, nch, proto)
         # The share of the hops whose sender's proxy holds a step until it is written whole.
         held_share = geom.network_share(pattern) if net_hops is None or geom.nnodes == 1 else net_hops / steps
@@ -405,7 +420,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         share.proxy_lag_us if shape == "rounds" else 0.0,
                         held_share * held_step_bytes(shape, proto, step_bytes, grain_bytes,
                                                      np.minimum(chunk, per_channel)),
-                        geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0)
+                        geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -436,6 +451,16 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         return shaped("pipeline", "chain", n - 1, 1)  # Broadcast, Reduce
     if algo is Algo.TREE:
         depth = (geom.ppn - 1) + math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else geom.ppn - 1
+        if op is Op.ALLREDUCE and proto.value in tuner_constants(geom.nccl_version).facts.tree_up_down:
+            # The CTA reduces all its data up the tree, then broadcasts it down, each pass on all its
+            # threads and alone on its links (``ReleaseFacts.tree_up_down``): two pipelines of
+            # ``depth`` hops one after the other, each moving every byte at its own rates, so a
+            # step moves at their harmonic mean.
+            up, down = geom.tree_pass_gbps(nch, proto)
+            return shaped("pipeline", "tree", 2 * max(depth, 1), 1, passes=2, net_hops=0,
+                          rate_scale=2 / (1 / up + 1 / down) / geom.share("tree", nch, proto).gbps,
+                          cap=tree_up_down_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct,
+                                                    params=params, **_tree_net_children(geom)))
         cap = (tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct, params=params,
                              **_tree_net_children(geom))
                if op is Op.ALLREDUCE else copy)
@@ -558,6 +583,39 @@ def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: 
         return middle
     children = root_net_children + 1  # its network children and its chain child
     return np.minimum(middle, rate(nthreads, 2.0 * children + 2.0))
+
+
+def tree_up_down_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: bool, *,
+                          params: TwinParams = DEFAULT_PARAMS, net_children: int = 0, root_net_children: int = 0):
+    """Payload rate of a tree AllReduce channel whose whole CTA runs the reduce up, then the
+    broadcast down (``ReleaseFacts.tree_up_down``): the harmonic mean of the two passes' rates,
+    each its busiest rank's operations per byte on all ``nthreads``.
+
+    Up, a middle rank's ``recvReduceSend`` loads its children's data and its own and stores once
+    (3, one more per network child: ``tree_cta_gbps``), the root's ``recvReduceCopy`` loads every
+    child's and its own and stores the result (``root_net_children`` + 3, with its chain child),
+    a leaf sends (2); down, a middle rank's ``recvCopySend`` loads, stores and sends (3, 2
+    direct, one more per network child), the root sends to every child (``root_net_children`` +
+    2), a leaf receives (2).  With two ranks: up 3 (the root), down 2.
+    (``src/collectives/device/all_reduce.h`` @ v2.8.4-1, LL and Simple.)
+
+    Per pass it moves far more than the split tree's 30 % broadcast group, on a V100 head of a
+    4-node tree (each byte then takes both passes):
+
+    >>> from tuner.config import Proto
+    >>> [round(float(f(900.0, Proto.LL, 512, 32, False, net_children=2, root_net_children=1)), 2)
+    ...  for f in (tree_cta_gbps, tree_up_down_cta_gbps)]
+    [1.35, 4.31]
+    """
+    def rate(ops_per_byte: float):
+        return cta_copy_gbps(hbm_gbps, proto, nthreads, ops_per_byte, params=params)
+
+    if nranks <= 2:
+        up_ops, down_ops = 3.0, 2.0
+    else:
+        up_ops = 3.0 + max(net_children, root_net_children)
+        down_ops = max((2.0 if direct else 3.0) + net_children, 2.0 + root_net_children)
+    return 2 / (1 / rate(up_ops) + 1 / rate(down_ops))
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,16 @@ class ReleaseFacts:
     has fewer than ``8×``, ``4×``, ``1×`` the tree's depth chunks per channel (``computeColl``,
     ``src/enqueue.cc`` @ v2.8.4-1 – v2.19.3-1, ``channels[0].tree.depth``); from 2.20 the chunk
     is the FIFO step (``calcCollChunking`` @ v2.20.3-1 has no such loop)."""
+    tree_up_down: tuple[str, ...]
+    """Protocols (``Proto`` values) whose Tree AllReduce CTA runs the reduce up over all its data,
+    then the broadcast down, each pass on all its threads (``runTreeUpDown``); the others split
+    their threads between the passes, which run side by side (``runTreeSplit``, ``tree_split``).
+    2.8 – 2.9: LL (two ``do {…} while(0)`` loops on every thread) and Simple (the ``#if 1``
+    branch), LL128 split (``NCCL_LL128_SPLIT``), ``src/collectives/device/all_reduce.h`` @
+    v2.8.4-1 and v2.9.9-1.  From 2.10.3 every protocol splits (``runTreeSplit`` @ v2.10.3-1 –
+    v2.28.9-1) except Simple built with CUDA 11.2 – 11.3 for sm80 (``#if CUDART_VERSION >= 11020
+    && CUDART_VERSION < 11040 && __CUDA_ARCH__ >= 800``), which the twin leaves out: it does not
+    know the toolkit a build used."""
     cell_scheduler: bool
     """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
     channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
@@ -144,14 +154,17 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         # src/collectives/device/all_reduce.h, all_gather.h, reduce_scatter.h @ v2.8.4-1 (and
         # src/device/all_reduce.h @ v2.19.3-1): realChunkSize / chunkSize rounded up to minChunkSize
         ring_chunk_quantum=True, tree_simple_chunking=True,
+        # src/collectives/device/all_reduce.h @ v2.8.4-1, v2.9.9-1: Tree LL and Simple up, then down
+        tree_up_down=("ll", "simple"),
         # src/collectives/device/common.h @ v2.8.4-1: ncclKernel passes the first work as argument
         # to block 0; load_coll copies the rest from channel->workFifo (src/channel.cc:
         # ncclCudaHostCalloc) and reads *comm->abortFlag, both in host memory
         host_work_fifo="after_first",
     )),
     ((2, 10, 3), "src/graph/tuning.cc, src/enqueue.cc, src/graph/search.cc, src/graph/topo.h @ v2.10.3-1 "
-                 "(Tree/CollNet Simple +3 warps; speedArrayIntra/Inter, SM80_NVLINK_WIDTH 22)", dict(
-        search_speeds=_SPEEDS_2_10, sm80_nvlink_bw=22.0,
+                 "(Tree/CollNet Simple +3 warps; speedArrayIntra/Inter, SM80_NVLINK_WIDTH 22); "
+                 "src/collectives/device/all_reduce.h (every Tree protocol runTreeSplit)", dict(
+        search_speeds=_SPEEDS_2_10, sm80_nvlink_bw=22.0, tree_up_down=(),
         simple_sync_warps=(4, 1, 4, 4, 1, 1, 1),
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 8.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), cnc=(1.0, 1.9, 8.0)),

@@ -56,6 +56,10 @@ def test_table_spot_checks():
     # MAXCHANNELS 32 → 64 at v2.25.1-1 (src/include/device.h)
     assert facts((2, 24, 3)).max_channels == 32 and facts((2, 25, 1)).max_channels == 64
     assert introduced("max_channels") == [(2, 8, 3), (2, 25, 1)]
+    # src/collectives/device/all_reduce.h: Tree LL and Simple up, then down, @ v2.8.4-1 and v2.9.9-1;
+    # every protocol runTreeSplit @ v2.10.3-1
+    assert facts((2, 9, 9)).tree_up_down == ("ll", "simple") and facts((2, 10, 3)).tree_up_down == ()
+    assert introduced("tree_up_down") == [(2, 8, 3), (2, 10, 3)]
 
 
 def test_arch_rows_and_ll128_enablement():
