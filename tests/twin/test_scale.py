@@ -152,7 +152,10 @@ def _per_link(load: _Load, proto: Proto, params, flush: bool) -> tuple[dict, flo
         efficiency = store_efficiency(proto, hop.kind, dma=dma, params=params) * (
             params.link.root_complex_p2p_efficiency if via_cpu else 1.0)
         raw[hop.src, hop.dst] = raw.get((hop.src, hop.dst), 0.0) + count / efficiency
-        capacity[hop.src, hop.dst] = hop.bw
+        # A socket link carries memory traffic at its own rate, forwarded peer to peer at NCCL's figure;
+        # a link carrying both is held to the lower.
+        rate = hop.bw if via_cpu or hop.memory_bw is None else hop.memory_bw
+        capacity[hop.src, hop.dst] = min(capacity.get((hop.src, hop.dst), math.inf), rate)
     actions: dict[str, int] = {}
     for flow, copies in load.flows():
         if flow.kind == "net":

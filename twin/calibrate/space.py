@@ -29,12 +29,13 @@ from twin.params import DEFAULT_PARAMS, TwinParams
 
 __all__ = ["DEFAULT_FREE", "NOT_FITTED", "PRIOR_SIGMA", "SPREAD", "FitSpace"]
 
-SPREAD = {"fraction": (0.7, 1.3), "µs": (0.8, 3.0), "ratio": (0.6, 1.6), "threads": (0.5, 2.0),
+SPREAD = {"fraction": (0.7, 1.3), "µs": (0.8, 3.0), "ns": (0.8, 3.0), "ratio": (0.6, 1.6), "threads": (0.5, 2.0),
           "bytes": (0.75, 1.5), "elements": (0.5, 2.0), "passes": (0.6, 1.6)}
 """How far below and above its prior a constant of each unit may be fitted (factors).  Shares and
 efficiencies within 30 % (and never above 1); latencies at most 20 % below the prior, which comes
 from NCCL's latency tables or public hardware measurements (a faster hop than the hardware's is
-not physics), and up to 3x above it (hosts, drivers and older NCCL releases only add); ratios and
+not physics), and up to 3x above it (hosts, drivers and older NCCL releases only add), CPU times
+per cache line in ns alike (older hosts than the one measured are slower); ratios and
 thread counts within their measured spread and more."""
 
 PRIOR_SIGMA = math.log(1.5)
