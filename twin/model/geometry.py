@@ -939,17 +939,20 @@ class CommGeometry:
             return levels / ((self.ppn - 1) + levels)
         return levels / (1 + levels)  # nvls: to the switch and back, then the tree between nodes
 
-    def fill_ratios(self, pattern: str, proto: Proto) -> tuple[tuple[float, float], ...]:
-        """(weight, bottleneck rate / the hop's own rate) of each hop a piece of data crosses in
-        a pipeline (``tree``: the chain inside a node, then the hops between nodes, weighted as
-        ``path_latency_us`` weighs them; ``chain``: its hops), once per pattern and protocol.
+    def fill_ratios(self, pattern: str, proto: Proto) -> tuple[tuple[float, float, bool], ...]:
+        """(weight, bottleneck rate / the hop's own rate, whether it receives through host memory)
+        of each hop a piece of data crosses in a pipeline (``tree``: the chain inside a node, then
+        the hops between nodes, weighted as ``path_latency_us`` weighs them; ``chain``: its hops),
+        once per pattern and protocol.
 
         Once a pipeline is full every chunk moves at its slowest hop's pace, but its first chunk
         crosses each hop at that hop's own rate: over the NVLink bridge of a pair in a fraction
         of the time it takes across the sockets.  Rates are compared on channel 0's flows: a
         hop's rate is the narrowest of its links' payload rates (``store_efficiency``, the root
         complex's share for redirected peer-to-peer traffic) over the channel's flows crossing
-        it; alike channels load links alike, so the ratio holds for any channel count.
+        it; alike channels load links alike, so the ratio holds for any channel count.  A hop
+        that receives through host memory (SHM, a host-staged network receive) is bounded by
+        those receives as well (``host_memory_gbps``), the others not.
         """
         key = ("fill", pattern, proto)
         if key not in self._latencies:
@@ -974,8 +977,9 @@ class CommGeometry:
                 weighted = [(1.0, f) for f in flows]
             total = sum(w for w, _ in weighted)
             slowest = min((rate(f) for _, f in weighted), default=1.0)
-            ratios = tuple((w / total, slowest / rate(f)) for w, f in weighted)
-            self._latencies[key] = () if all(r == 1.0 for _, r in ratios) else ratios  # (): every hop alike
+            ratios = tuple((w / total, slowest / rate(f), f.host_memory) for w, f in weighted)
+            alike = all(r == 1.0 for _, r, _ in ratios) and len({through for *_, through in ratios}) == 1
+            self._latencies[key] = () if alike else ratios  # (): every hop alike
         return self._latencies[key]
 
     def hop_latency_us(self, flow: Flow, proto: Proto) -> float:

@@ -147,7 +147,8 @@ class Schedule:
     """The busiest proxy thread's CPU time per step (``ChannelShare.proxy_us``): one thread posts
     every network step of its GPU, so a full pipeline's chunks follow each other no faster."""
     fill_scale: float = 1.0
-    """A pipeline's fill steps move the first chunk over one hop each, at that hop's own rate:
+    """A pipeline's fill steps move the first chunk over one hop each, at that hop's own rate
+    (its links', bounded by its receives through host memory if it takes them so, and by the CTA):
     their transfer takes this share of a step at ``gbps`` (the mean over the hops of
     ``gbps`` / the hop's rate, ``fill_gbps_scale``); 1 where every hop is as fast as the slowest."""
     host: HostLaunch = field(default_factory=HostLaunch)
@@ -171,6 +172,10 @@ class Schedule:
     """A pipeline's passes over its chain one after another, each of ``steps / passes`` hops and
     every chunk: 2 for a tree that reduces all its data up before it broadcasts any down
     (``ReleaseFacts.tree_up_down``), 1 where both run at once (``tree_split``)."""
+    paced_grain: bool = False
+    """The grain is one CTA pass in time (an LL chain's: ``LLGenericOp`` forwards line t by thread t
+    as it lands): a fill step's grain takes that pass over every hop, however fast the hop, and
+    ``fill_scale`` shortens its transfer only."""
 
     @cached_property
     def lumped_caps(self) -> dict[float, float]:
@@ -230,8 +235,9 @@ class Schedule:
     def latency_us(self, gbps, scale=1.0, held=True):
         """The part of a step that does not overlap the transfer: hop latency plus one grain, and
         where ``held`` the network hops' hold (``hold_bytes``), its transfer taking ``scale`` of its
-        time at ``gbps`` (a fill step's: ``fill_scale``)."""
-        return self.step_us + scale * (self.unit_bytes + self.hold_bytes * held) / (gbps * 1e3)
+        time at ``gbps`` (a fill step's: ``fill_scale``; a grain one CTA pass long, ``paced_grain``, keeps it)."""
+        grain = self.unit_bytes if self.paced_grain else scale * self.unit_bytes
+        return self.step_us + (grain + scale * self.hold_bytes * held) / (gbps * 1e3)
 
     def interval_us(self):
         """A call's time at its busiest rank: its launch plus one paced step per chunk (the host's
@@ -408,10 +414,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # A one-node chain's first chunk crosses each hop at that hop's rate (``fill_gbps_scale``).
         # Across nodes the same holds, but is not applied yet: it moves the multi-node A100 and
         # EFA files other parts fit (docs/physics.md, "Pipeline fill at each hop's rate").
-        # Receives through host memory slow the hops through the CPU, a chain's slowest (``host_gbps``),
-        # not its NVLink or in-switch hops, which fill at their own rate or the CTA's.
-        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), np.minimum(share.gbps * rate_scale, host_gbps),
-                                cta_cap)
+        # Receives through host memory slow the hops that receive so (``host_gbps``), not the chain's
+        # NVLink, PCIe or in-switch hops, which fill at their own rate or the CTA's.
+        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), share.gbps * rate_scale, host_gbps, cta_cap)
                 if shape == "pipeline" and pattern in ("tree", "chain") and geom.nnodes == 1 else 1.0)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us + scan_lag_us,
                         launch + extra_launch, cap, scaled_links(share.links, rate_scale), pattern == "chain",
@@ -420,7 +425,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         share.proxy_lag_us if shape == "rounds" else 0.0,
                         held_share * held_step_bytes(shape, proto, step_bytes, grain_bytes,
                                                      np.minimum(chunk, per_channel)),
-                        geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes)
+                        geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes,
+                        paced_grain=proto is Proto.LL and pattern == "chain")
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -498,18 +504,24 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     return shaped("pipeline", "tree", steps, 1, net_hops=2)
 
 
-def fill_gbps_scale(ratios: Sequence[tuple[float, float]], link_gbps: float, cap):
+def fill_gbps_scale(ratios: Sequence[tuple[float, float, bool]], link_gbps: float, host_gbps, cap):
     """The share of a step at the pipeline's rate that one of its fill steps takes: the weighted
-    mean over its hops of the rate (the slower of the links' ``link_gbps`` and the CTA's ``cap``)
-    over that hop's rate (``link_gbps`` / its ``ratio``, or the CTA's ``cap`` if slower).
+    mean over its hops of the pipeline's rate (the slowest of the links' ``link_gbps``, the receives
+    through host memory's ``host_gbps`` and the CTA's ``cap``) over that hop's own rate (``link_gbps``
+    / its ``ratio``; ``host_gbps`` if it receives through host memory and that is slower; the CTA's
+    ``cap`` if slower still).  A fill step so takes the first chunk over each hop in that hop's own
+    time, and a faster link never makes it longer.
 
-    >>> float(fill_gbps_scale(((0.5, 1.0), (0.5, 0.1)), 10.0, 200.0))  # a hop 10x the slowest's rate
+    >>> float(fill_gbps_scale(((0.5, 1.0, False), (0.5, 0.1, False)), 10.0, np.inf, 200.0))  # a hop 10x faster
     0.55
-    >>> float(fill_gbps_scale(((0.5, 1.0), (0.5, 0.1)), 10.0, 5.0))   # the CTA binds every hop
+    >>> float(fill_gbps_scale(((0.5, 1.0, False), (0.5, 0.1, False)), 10.0, np.inf, 5.0))   # the CTA binds every hop
     1.0
+    >>> float(fill_gbps_scale(((0.5, 1.0, True), (0.5, 1.0, False)), 10.0, 5.0, 200.0))  # host memory binds one hop
+    0.75
     """
-    gbps = np.minimum(link_gbps, cap)
-    return sum(w * gbps / np.minimum(link_gbps / ratio, cap) for w, ratio in ratios) if ratios else 1.0
+    gbps = np.minimum(np.minimum(link_gbps, host_gbps), cap)
+    return sum(w * gbps / np.minimum(np.minimum(link_gbps / ratio, host_gbps if through_host else np.inf), cap)
+               for w, ratio, through_host in ratios) if ratios else 1.0
 
 
 def host_memory_gbps(geom: CommGeometry, pattern: str, proto: Proto, nch: int, threads):
