@@ -62,6 +62,7 @@ a cluster of that kind.  A kind without GPUDirect (TCP) routes its bytes through
 from __future__ import annotations
 
 from tuner.config import Proto
+from twin.model.protocols import LL_LINE_DATA_BYTES
 from twin.params import DEFAULT_PARAMS, TwinParams
 
 PROXY_ACTIONS = {Proto.LL: 1, Proto.LL128: 1, Proto.SIMPLE: 3}
@@ -114,7 +115,7 @@ def proxy_post_us(cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float
     return params.net.post_us(cpu_vendor)
 
 
-LL_DATA_BYTES_PER_CACHE_LINE = 64 // 16 * 8
+LL_DATA_BYTES_PER_CACHE_LINE = 64 // 16 * LL_LINE_DATA_BYTES
 """LL data bytes per 64-byte cache line of the send buffer: four 16-byte lines of 8 data bytes."""
 
 

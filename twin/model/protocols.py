@@ -29,6 +29,9 @@ from __future__ import annotations
 from tuner.config import Proto
 from twin.params import DEFAULT_PARAMS, TwinParams
 
+LL_LINE_DATA_BYTES = 8
+"""Data bytes in one 16-byte LL line (the other 8 are flags): ``EltPerLine`` in ``prims_ll.h``."""
+
 PAYLOAD_FRACTION = {Proto.LL: 0.5, Proto.LL128: 120 / 128, Proto.SIMPLE: 1.0}
 """Data bytes per wire byte of each protocol's format."""
 

@@ -36,7 +36,7 @@ from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, lay
 from twin.model import dtree
 from twin.model.geometry import CommGeometry, LinkUse, LinkUses
 from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
-from twin.model.protocols import cta_copy_gbps, store_efficiency
+from twin.model.protocols import LL_LINE_DATA_BYTES, cta_copy_gbps, store_efficiency
 from twin.model.shm import receive_gbps
 from twin.model.workfifo import work_fetch_us
 from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS, tuner_constants
@@ -85,10 +85,6 @@ def held_step_bytes(shape: str, proto: Proto, step_bytes, grain_bytes, first_chu
     if shape == "rounds":
         return 0.0 if proto is Proto.SIMPLE else step_bytes - grain_bytes
     return np.maximum(first_chunk - grain_bytes, 0.0)
-
-
-LL_LINE_DATA_BYTES = 8
-"""Data bytes in one 16-byte LL line (the other 8 are flags): ``EltPerLine`` in ``prims_ll.h``."""
 
 
 def slice_sync_us(algo: Algo, proto: Proto, slices_per_step, params: TwinParams = DEFAULT_PARAMS):
