@@ -134,7 +134,8 @@ def shape_us(gpu: GpuSpec, cost: PhaseCost, *, busy_sms: int = 0, params: TwinPa
 def _costed(base: PhaseCost, gpu_us: float, host_us: float, hbm_bytes: float | None) -> PhaseCost:
     """``base`` with these times and memory traffic: ``dataclasses.replace`` without its look at
     the fields on every call (a replay costs every compute phase of its trace)."""
-    return PhaseCost(gpu_us, host_us, base.category, base.shape, base.dtype, hbm_bytes, base.backward)
+    return PhaseCost(gpu_us=gpu_us, host_us=host_us, category=base.category, shape=base.shape, dtype=base.dtype,
+                     hbm_bytes=hbm_bytes, backward=base.backward)
 
 
 def trace_gpu(trace: Trace) -> GpuSpec | None:
