@@ -43,10 +43,6 @@ from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS, tuner_constants
 from twin.nccl_model.select import ring_quantum_bytes
 from twin.params import DEFAULT_PARAMS, TwinParams
 
-LL_WARP_UNIT_BYTES = 8 * 32 * 8
-"""LL cut-through grain down a pipeline: what one warp writes before the receiver acts on it
-(eight 8-byte lines per lane, ``NCCL_LL_LINES_PER_THREAD``)."""
-
 LL128_UNIT_BYTES = 120 * 32
 """LL128 cut-through grain: what one warp writes before the receiver can act on it (32 lines of
 120 data bytes)."""
@@ -354,7 +350,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
 
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
                extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
-               recv_threads=nthreads, net_hops: float | None = None, passes: int = 1) -> Schedule:
+               recv_threads=nthreads, net_hops: float | None = None, passes: int = 1,
+               pass_threads=nthreads) -> Schedule:
         share = geom.share(pattern, nch, proto)
         # The share of the hops whose sender's proxy holds a step until it is written whole.
         held_share = geom.network_share(pattern) if net_hops is None or geom.nnodes == 1 else net_hops / steps
@@ -365,15 +362,15 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         host_gbps = host_memory_gbps(geom, pattern, proto, nch, recv_threads)
         cta_cap, cap = cap, np.minimum(cap, host_gbps)
         gbps = np.minimum(share.gbps * rate_scale, cap)
-        # A ring's or a chain's LL grain is one CTA pass in time: its lines at the CTA's rate,
-        # however slowly the link then carries them (the receiver takes each line as it lands, and
-        # thread t of every rank forwards line t, ``LLGenericOp``).  So a chain fills one pass per
-        # hop whatever its thread count, and fewer threads (NCCL's per-thread thresholds) cost
-        # only their extra passes.  A tree's hops split their threads (``tree_split``) and forward
-        # one warp's lines at a time.
+        # An LL grain is one pass of the threads that bound the channel in time: their lines at
+        # the CTA's rate, however slowly the link then carries them (the receiver takes each line
+        # as it lands, and thread t of every rank forwards line t, one line per thread per trip,
+        # ``LLGenericOp``).  So a chain or a tree fills one pass per hop whatever its thread
+        # count, and fewer threads (NCCL's per-thread thresholds) cost only their extra passes.
+        # A split tree's pass is that of the thread group that bounds it (``tree_pass_threads``).
         grain_unit = unit
         if proto is Proto.LL:
-            grain_unit = unit * gbps / cap if shape == "rounds" or pattern == "chain" else LL_WARP_UNIT_BYTES
+            grain_unit = pass_threads * LL_LINE_DATA_BYTES * gbps / cap
         grain = chunk
         if shape == "pipeline":
             # A rank forwards a chunk's first grain while the rest still arrives, so the pipeline
@@ -422,7 +419,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         held_share * held_step_bytes(shape, proto, step_bytes, grain_bytes,
                                                      np.minimum(chunk, per_channel)),
                         geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes,
-                        paced_grain=proto is Proto.LL and pattern == "chain")
+                        paced_grain=proto is Proto.LL and pattern in ("chain", "tree"))
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -463,16 +460,16 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                           rate_scale=2 / (1 / up + 1 / down) / geom.share("tree", nch, proto).gbps,
                           cap=tree_up_down_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct,
                                                     params=params, **_tree_net_children(geom)))
-        cap = (tree_cta_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct, params=params,
-                             **_tree_net_children(geom))
-               if op is Op.ALLREDUCE else copy)
+        cap, pass_threads = (tree_binding_group(geom.cluster.gpu.hbm_gbps, proto, nthreads, n, direct, params=params,
+                                                **_tree_net_children(geom))
+                             if op is Op.ALLREDUCE else (copy, nthreads))
         # Each hop of a tree is crossed both ways, up by the parent's reduce threads and down by the
         # child's broadcast threads (``tree_split``): the smaller group receives the slower way.
         # Across nodes its network hops hold their first step too (``held_step_bytes``), but that
         # is not applied yet: it slows the ABCI NCCL 2.8 trees and p4de's, already too slow
         # (docs/physics.md, "The network step hold on trees").
         return shaped("pipeline", "tree", 2 * max(depth, 1), 1, cap=cap,
-                      recv_threads=np.minimum(*tree_split(proto, nthreads)), net_hops=0)
+                      recv_threads=np.minimum(*tree_split(proto, nthreads)), net_hops=0, pass_threads=pass_threads)
     if algo is Algo.PAT:
         return shaped("rounds", "ring", max(1, math.ceil(math.log2(n))), n,
                       rate_scale=math.ceil(math.log2(n)) / (n - 1) if n > 1 else 1.0)
@@ -556,9 +553,30 @@ def _tree_net_children(geom: CommGeometry) -> dict[str, int]:
     return {"net_children": dtree.inner_children(geom.nnodes), "root_net_children": 1}
 
 
+def tree_thread_groups(proto: Proto, nthreads, nranks: int, direct: bool, *, net_children: int = 0,
+                       root_net_children: int = 0) -> tuple[tuple, ...]:
+    """The thread groups of a tree AllReduce channel's busiest ranks, as ``(threads, memory
+    operations per payload byte)``: a middle rank's reduce group, its broadcast group, then the
+    root's whole CTA where it has network children (``tree_cta_gbps`` says why each costs what).
+
+    >>> from tuner.config import Proto
+    >>> tree_thread_groups(Proto.LL, 512, 64, False, net_children=2, root_net_children=1)
+    ((352, 5.0), (160, 5.0), (512, 6.0))
+    """
+    up, down = tree_split(proto, nthreads)
+    if nranks <= 2:
+        return ((nthreads, 4.0), (up, 2.0)) if direct else ((nthreads, 4.0), (up, 2.0), (down, 2.0))
+    middle = ((up, 3.0 + net_children), (down, (2.0 if direct else 3.0) + net_children))
+    if not root_net_children:
+        return middle
+    children = root_net_children + 1  # its network children and its chain child
+    return (*middle, (nthreads, 2.0 * children + 2.0))
+
+
 def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: bool, *,
                   params: TwinParams = DEFAULT_PARAMS, net_children: int = 0, root_net_children: int = 0):
-    """Payload rate of a tree AllReduce channel: the slowest thread group on the chain.
+    """Payload rate of a tree AllReduce channel: the slowest thread group on the chain
+    (``tree_thread_groups``).
 
     A middle rank's reduce group receives, reduces and sends up (3 operations per byte) while its
     broadcast group receives and sends down (3, or 2 direct); a leaf's groups send (2) and
@@ -578,19 +596,32 @@ def tree_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: 
     >>> round(float(tree_cta_gbps(1555.0, Proto.LL128, 640, 64, False, root_net_children=1)), 2)
     3.34
     """
-    up, down = tree_split(proto, nthreads)
+    return tree_binding_group(hbm_gbps, proto, nthreads, nranks, direct, params=params, net_children=net_children,
+                              root_net_children=root_net_children)[0]
 
-    def rate(threads, ops_per_byte: float):
-        return cta_copy_gbps(hbm_gbps, proto, threads, ops_per_byte, params=params)
 
-    if nranks <= 2:
-        both = np.minimum(rate(nthreads, 4.0), rate(up, 2.0))
-        return both if direct else np.minimum(both, rate(down, 2.0))
-    middle = np.minimum(rate(up, 3.0 + net_children), rate(down, (2.0 if direct else 3.0) + net_children))
-    if not root_net_children:
-        return middle
-    children = root_net_children + 1  # its network children and its chain child
-    return np.minimum(middle, rate(nthreads, 2.0 * children + 2.0))
+def tree_binding_group(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: bool, *,
+                       params: TwinParams = DEFAULT_PARAMS, net_children: int = 0, root_net_children: int = 0):
+    """``(rate, threads)`` of the thread group that bounds a tree AllReduce channel
+    (``tree_thread_groups``; on a tie the first, a middle rank's, whose hops are nearly all of the
+    tree's): its rate is the channel's (``tree_cta_gbps``), and one pass of its threads is the
+    channel's LL cut-through grain in time (``schedule_for``).
+
+    >>> from tuner.config import Proto
+    >>> [round(float(x), 2) for x in tree_binding_group(1555.0, Proto.LL, 512, 64, False, net_children=2,
+    ...                                                  root_net_children=1)]  # the broadcast group
+    [1.35, 160.0]
+    >>> int(tree_binding_group(1555.0, Proto.LL, 128, 16, False, root_net_children=1)[1])  # a tie: the reduce group
+    64
+    """
+    groups = tree_thread_groups(proto, nthreads, nranks, direct, net_children=net_children,
+                                root_net_children=root_net_children)
+    rate, threads = cta_copy_gbps(hbm_gbps, proto, groups[0][0], groups[0][1], params=params), groups[0][0]
+    for group_threads, ops in groups[1:]:
+        group_rate = cta_copy_gbps(hbm_gbps, proto, group_threads, ops, params=params)
+        threads = np.where(group_rate < rate, group_threads, threads)
+        rate = np.minimum(rate, group_rate)
+    return rate, threads
 
 
 def tree_up_down_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, direct: bool, *,
