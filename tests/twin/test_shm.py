@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from traces.task import Op
 from tuner.config import Algo, Proto, Transport
 from twin.des import CollectiveRun, simulate
+from twin.hardware import pcie_gbps
 from twin.model.geometry import CommGeometry
-from twin.model.schedule import host_memory_gbps, schedule_for, tree_split
+from twin.model.schedule import fill_gbps_scale, first_chunk_host_gbps, host_memory_gbps, schedule_for, tree_split
 from twin.model.shm import receive_gbps
 from twin.topology import load_cluster
 
@@ -29,14 +31,17 @@ def _one_way_gbps() -> float:
 
 
 def test_the_receive_model_reproduces_the_h200_host_memory_measurements():
+    """On the link as the twin carries the H200's (PCIe Gen5 x16, NCCL's 48 GB/s), every thread
+    of the measured CTAs loading (no sync warp: ``benchmarks/gpu_shm_duplex.cu``)."""
     one_way = _one_way_gbps()
     assert 50 < one_way < 56  # PCIe Gen5 x16
+    link = pcie_gbps(5, 16)
     checked = 0
     for pairs, threads, mode, read, *_ in _rows("h200-shm-duplex.txt")[:-1]:  # the last row: the check
         measured = float(read)
         if mode == "read-only" and measured > 0.75 * one_way:
             continue  # the link, not the latency, bounds it
-        model = receive_gbps(int(pairs) * int(threads), one_way, duplex=mode == "coupled", sm_version=90)
+        model = receive_gbps(int(pairs) * int(threads), link, duplex=mode == "coupled", sm_version=90)
         assert model == pytest.approx(measured, rel=0.10), (pairs, threads, mode)
         checked += 1
     assert checked >= 15
@@ -81,3 +86,26 @@ def test_a_tree_of_bridged_pairs_receives_through_host_memory_at_the_duplex_rate
     # Both engines step the bound schedule alike, and nccl-tests' back-to-back calls take it too.
     assert simulate([CollectiveRun(tree)])[0] == pytest.approx(float(tree.time_us()), rel=1e-9)
     assert float(tree.time_us()) <= float(tree.back_to_back_us(20)) < 1.5 * float(tree.time_us())
+
+
+def test_a_trees_first_chunk_meets_only_the_host_memory_traffic_of_its_step():
+    """On 8 H100 NVL in 4 bridged pairs a 2 MiB tree's 2 chunks a channel cross its SHM hops while
+    their receivers load host memory only on the channels of their own chain and store into it on
+    none: the fill takes the copying threads' latency-bound rate alone.  In a long call the
+    broadcast's first chunk meets the reduce's later ones storing up the same hop, and its last
+    SHM hop meets the other chain's loads too: every chunk's bound."""
+    geom = CommGeometry(load_cluster("h100-nvl"))
+    through_host = [r is not None for r in geom.first_chunk_receives("tree", 4)]
+    assert sum(through_host) == 6  # 3 SHM hops a chain, up and down
+
+    def first(loops):
+        return [float(g) for g, t in zip(first_chunk_host_gbps(geom, "tree", Proto.SIMPLE, 4, 256, loops, 0.0),
+                                         through_host, strict=True) if t]
+
+    alone = receive_gbps(2 * 224, pcie_gbps(5), duplex=False, sm_version=90) / 2
+    assert first(2) == pytest.approx([alone] * 6)
+    steady = host_memory_gbps(geom, "tree", Proto.SIMPLE, 4, 256)
+    assert min(first(15)) == pytest.approx(steady)
+    assert max(first(15)) == pytest.approx(alone) and steady < alone
+    short = schedule_for(geom, Op.ALLREDUCE, 2 << 20, Algo.TREE, Proto.SIMPLE, 4, 640, 1 << 19)
+    assert short.fill_scale < fill_gbps_scale(geom.fill_ratios("tree", Proto.SIMPLE), short.gbps, steady, np.inf)

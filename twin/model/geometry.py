@@ -939,6 +939,57 @@ class CommGeometry:
             return levels / ((self.ppn - 1) + levels)
         return levels / (1 + levels)  # nvls: to the switch and back, then the tree between nodes
 
+    def _fill_flows(self, pattern: str) -> list[tuple[float, Flow]]:
+        """Channel 0's flows a pipeline's piece of data crosses, each with its weight in the fill
+        (``fill_ratios``): a tree's chain inside a node, then its hops between nodes, weighted as
+        ``path_latency_us`` weighs them; a chain's hops alike."""
+        flows = self.channel_flows(pattern, 0)
+        if pattern != "tree":
+            return [(1.0, f) for f in flows]
+        inter = [f for f in flows if self._between_nodes(f)]
+        intra = [f for f in flows if not self._between_nodes(f)]
+        levels = math.ceil(math.log2(self.nnodes)) if self.nnodes > 1 else 0
+        weighted = [((self.ppn - 1) / len(intra), f) for f in intra] if intra else []
+        return weighted + ([(levels / len(inter), f) for f in inter] if inter else [])
+
+    def first_chunk_receives(self, pattern: str, nchannels: int
+                             ) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...], float] | None, ...]:
+        """For each of ``fill_ratios``' hops of a one-node tree that receives through host memory:
+        (the step at which the first chunk crosses it, the steps at which its receiving GPU loads
+        host memory and those at which it stores into it, on any of the ``nchannels`` channels, the
+        raw rate of its PCIe link into the GPU); None for the other hops, and for every hop
+        elsewhere.
+
+        A one-node tree channel is a chain from its first GPU (``tree_chain``): the reduce passes
+        up from its last GPU in steps 1 … ppn−1, the broadcast down in steps ppn … 2(ppn−1), every
+        channel's first chunk at the same step and its later chunks one step behind each other.
+        So while the first chunk crosses an SHM hop, its receiver loads host memory only on the
+        channels whose chunks are on a hop into it at that step, and stores into it only if a
+        later chunk is already on one of its own SHM sends (``first_chunk_host_gbps``).
+
+        >>> from twin.topology import load_cluster
+        >>> geom = CommGeometry(load_cluster("h100-nvl"), [f"n0/gpu{i}" for i in range(4)])
+        >>> [r for r in geom.first_chunk_receives("tree", 4) if r]  # chains 0-1-2-3 and 2-3-0-1
+        [(2, (2, 2), (5, 5), 48.0), (5, (5, 5), (2, 2), 48.0)]
+        """
+        key = ("first", pattern, nchannels)
+        if key not in self._latencies:
+            out: tuple = ()
+            if pattern == "tree" and self.nnodes == 1:
+                steps = []  # per channel: {(src, dst): step} of its hops through host memory
+                for c in range(nchannels):
+                    chain, n = self.tree_chain(0, c), self.ppn
+                    at = {(chain[i + 1], chain[i]): n - 1 - i for i in range(n - 1)}
+                    at |= {(chain[i], chain[i + 1]): n + i for i in range(n - 1)}
+                    steps.append({(f.src, f.dst): at[f.src, f.dst]
+                                  for f in self.channel_flows(pattern, c) if f.host_memory})
+                out = tuple((steps[0][f.src, f.dst],
+                             tuple(sorted(t for ch in steps for (_, d), t in ch.items() if d == f.dst)),
+                             tuple(sorted(t for ch in steps for (a, _), t in ch.items() if a == f.dst)),
+                             f.hops[-1].bw) if f.host_memory else None for _, f in self._fill_flows(pattern))
+            self._latencies[key] = out
+        return self._latencies[key]
+
     def fill_ratios(self, pattern: str, proto: Proto) -> tuple[tuple[float, float, bool], ...]:
         """(weight, bottleneck rate / the hop's own rate, whether it receives through host memory)
         of each hop a piece of data crosses in a pipeline (``tree``: the chain inside a node, then
@@ -967,14 +1018,7 @@ class CommGeometry:
                            * _use_efficiency(proto, (h.kind, f.kind == "net", _forwarded(f, h)), self.params)
                            / count[h.src, h.dst] for h in f.hops)
 
-            if pattern == "tree":
-                inter = [f for f in flows if self._between_nodes(f)]
-                intra = [f for f in flows if not self._between_nodes(f)]
-                levels = math.ceil(math.log2(self.nnodes)) if self.nnodes > 1 else 0
-                weighted = [((self.ppn - 1) / len(intra), f) for f in intra] if intra else []
-                weighted += [(levels / len(inter), f) for f in inter] if inter else []
-            else:
-                weighted = [(1.0, f) for f in flows]
+            weighted = self._fill_flows(pattern)
             total = sum(w for w, _ in weighted)
             slowest = min((rate(f) for _, f in weighted), default=1.0)
             ratios = tuple((w / total, slowest / rate(f), f.host_memory) for w, f in weighted)

@@ -36,8 +36,8 @@ from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, lay
 from twin.model import dtree
 from twin.model.geometry import CommGeometry, LinkUse, LinkUses
 from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
-from twin.model.protocols import LL_LINE_DATA_BYTES, cta_copy_gbps, store_efficiency
-from twin.model.shm import receive_gbps
+from twin.model.protocols import LL_LINE_DATA_BYTES, cta_copy_gbps
+from twin.model.shm import copy_threads, receive_gbps
 from twin.model.workfifo import work_fetch_us
 from twin.nccl_model.constants import MAXCHANNELS, NCCL_STEPS, tuner_constants
 from twin.nccl_model.select import ring_quantum_bytes
@@ -409,7 +409,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # EFA files other parts fit (docs/physics.md, "Pipeline fill at each hop's rate").
         # Receives through host memory slow the hops that receive so (``host_gbps``), not the chain's
         # NVLink, PCIe or in-switch hops, which fill at their own rate or the CTA's.
-        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), share.gbps * rate_scale, host_gbps, cta_cap)
+        # The first chunk down a one-node tree meets fewer of its receivers' loads and stores through
+        # host memory than the chunks behind it (``first_chunk_host_gbps``).
+        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), share.gbps * rate_scale, host_gbps, cta_cap,
+                                first_chunk_host_gbps(geom, pattern, proto, nch, recv_threads, loops, host_gbps))
                 if shape == "pipeline" and pattern in ("tree", "chain") and geom.nnodes == 1 else 1.0)
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us + scan_lag_us,
                         launch + extra_launch, cap, scaled_links(share.links, rate_scale), pattern == "chain",
@@ -497,13 +500,15 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     return shaped("pipeline", "tree", steps, 1, net_hops=2)
 
 
-def fill_gbps_scale(ratios: Sequence[tuple[float, float, bool]], link_gbps: float, host_gbps, cap):
+def fill_gbps_scale(ratios: Sequence[tuple[float, float, bool]], link_gbps: float, host_gbps, cap,
+                    first_host: Sequence = ()):
     """The share of a step at the pipeline's rate that one of its fill steps takes: the weighted
     mean over its hops of the pipeline's rate (the slowest of the links' ``link_gbps``, the receives
     through host memory's ``host_gbps`` and the CTA's ``cap``) over that hop's own rate (``link_gbps``
-    / its ``ratio``; ``host_gbps`` if it receives through host memory and that is slower; the CTA's
-    ``cap`` if slower still).  A fill step so takes the first chunk over each hop in that hop's own
-    time, and a faster link never makes it longer.
+    / its ``ratio``; its receives through host memory as the first chunk crosses it, ``first_host``
+    per hop, ``host_gbps`` where not given, if that is slower; the CTA's ``cap`` if slower still).
+    A fill step so takes the first chunk over each hop in that hop's own time, and a faster link
+    never makes it longer.
 
     >>> float(fill_gbps_scale(((0.5, 1.0, False), (0.5, 0.1, False)), 10.0, np.inf, 200.0))  # a hop 10x faster
     0.55
@@ -511,23 +516,57 @@ def fill_gbps_scale(ratios: Sequence[tuple[float, float, bool]], link_gbps: floa
     1.0
     >>> float(fill_gbps_scale(((0.5, 1.0, True), (0.5, 1.0, False)), 10.0, 5.0, 200.0))  # host memory binds one hop
     0.75
+    >>> float(fill_gbps_scale(((0.5, 1.0, True), (0.5, 1.0, False)), 10.0, 5.0, 200.0, (10.0, 5.0)))  # alone
+    0.5
     """
     gbps = np.minimum(np.minimum(link_gbps, host_gbps), cap)
-    return sum(w * gbps / np.minimum(np.minimum(link_gbps / ratio, host_gbps if through_host else np.inf), cap)
-               for w, ratio, through_host in ratios) if ratios else 1.0
+    first_host = first_host or (host_gbps,) * len(ratios)
+    return sum(w * gbps / np.minimum(np.minimum(link_gbps / ratio, host if through_host else np.inf), cap)
+               for (w, ratio, through_host), host in zip(ratios, first_host, strict=True)) if ratios else 1.0
+
+
+def first_chunk_host_gbps(geom: CommGeometry, pattern: str, proto: Proto, nch: int, threads, loops, host_gbps
+                          ) -> tuple:
+    """Per hop of ``fill_ratios``, the rate at which the first chunk of a one-node tree crosses it
+    where it receives through host memory (``CommGeometry.first_chunk_receives``): its receiver's
+    ``threads`` (those that copy) loading on the channels whose chunks are on a hop into it at that
+    step, in series with the duplex ceiling only if one of the ``loops − 1`` chunks behind is
+    already on one of its sends through host memory; ``host_gbps`` (every chunk's bound) for the
+    other hops, and () where no hop is told apart (``fill_gbps_scale`` then takes ``host_gbps``).
+
+    In a pipeline of many chunks the broadcast's first chunk already meets the reduce's later ones
+    storing up the same hop (every chunk's rate), but the reduce's first chunk meets no broadcast:
+    on 8 H100 NVL a 2 MiB call's 2 chunks a channel cross the tree's SHM hops while nothing else
+    loads or stores there, at the copying threads' latency-bound rate alone."""
+    receives = geom.first_chunk_receives(pattern, nch)
+    if proto is not Proto.SIMPLE or not any(receives):
+        return ()
+    sm = geom.cluster.gpu.sm_version
+    out = []
+    for r in receives:
+        if r is None:
+            out.append(host_gbps)
+            continue
+        step, loads, stores, link_gbps = r
+        # A chunk of the call is on step t's hop while the first one is on ``step``'s: step − t behind it.
+        n = sum((t <= step) & (step - t < loops) for t in loads)
+        duplex = sum((t <= step) & (step - t < loops) for t in stores) > 0
+        out.append(np.where(duplex, receive_gbps(n * copy_threads(threads), link_gbps, duplex=True, sm_version=sm),
+                            receive_gbps(n * copy_threads(threads), link_gbps, duplex=False, sm_version=sm)) / n)
+    return tuple(out)
 
 
 def host_memory_gbps(geom: CommGeometry, pattern: str, proto: Proto, nch: int, threads):
     """A channel's rate as its receives through host memory bound it (``twin.model.shm``): each
-    receiving GPU's ``threads`` on every one of its receives on the ``nch`` channels
-    (``CommGeometry.host_memory_receivers``), over those receives.  Simple only: LL and LL128
-    poll flagged lines, which ``twin.model.shm`` does not describe."""
+    receiving GPU's group of ``threads`` (those of them that copy, ``copy_threads``) on every one of
+    its receives on the ``nch`` channels (``CommGeometry.host_memory_receivers``), over those
+    receives.  Simple only: LL and LL128 poll flagged lines, which ``twin.model.shm`` does not
+    describe."""
     cap = np.inf
     if proto is not Proto.SIMPLE:
         return cap
-    payload = store_efficiency(proto, "pcie", params=geom.params)
     for duplex, link_gbps, receives in geom.host_memory_receivers(pattern, nch):
-        cap = np.minimum(cap, receive_gbps(receives * threads, link_gbps * payload, duplex=duplex,
+        cap = np.minimum(cap, receive_gbps(receives * copy_threads(threads), link_gbps, duplex=duplex,
                                            sm_version=geom.cluster.gpu.sm_version) / receives)
     return cap
 
