@@ -130,6 +130,15 @@ class Network:
     0.5-1 µs on Xeon hosts (Neugebauer et al., SIGCOMM 2018)."""
     pcie_write_us: float = _param(0.5, "µs", 0.0, 50.0)
     """A posted PCIe write until the other side can see it: half a read round trip."""
+    ll_host_pass_us: float = _param(1.56, "µs", 0.0, 50.0)
+    """How long a CTA's pass over LL lines in pinned host memory takes, one line per thread (the
+    thread spins on its line with ``ld.volatile.global.v4.u32``, then stores the line it forwards and
+    its data: ``readLL``, ``LLGenericOp`` in ``src/device/prims_ll.h``), whatever the thread count.
+    Measured on our H200 (PCIe Gen5 x16, one-socket Emerald Rapids KVM guest, two runs,
+    ``benchmarks/gpu_ll_host.cu``, ``benchmarks/data/h200-ll-host.txt``): 1.50-1.68 µs, median 1.56,
+    at 128-512 threads and 1-2 CTAs, forwarding into host memory (1.42-1.66 into device memory),
+    where the same pass over lines in device memory takes 0.24-0.40: a volatile load of host
+    memory takes 1.18-1.29 µs (a dependent chain), 0.15 of device memory."""
     nic_rdma_write_us: float = _param(1.1, "µs", 0.0, 50.0)
     """Small inline RDMA write NIC to NIC, no switch (perftest ``ib_write_lat`` on ConnectX-6 HDR
     back to back)."""

@@ -15,6 +15,7 @@ import json
 import math
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -42,6 +43,8 @@ from twin.rank import rank_tasks
 from twin.replay import replay
 from twin.topology import build_cluster, load_cluster, read_spec
 from twin.whatif import Candidate, evaluate
+
+DRANET = Path(__file__).resolve().parents[2] / "benchmarks" / "clusters" / "gcp-a3-ultra-dranet-1gpu-1nic.yaml"
 
 GOLDEN = DATA / "twin-golden.json"
 SIZES = (4096, 1 << 20, 64 << 20)
@@ -227,6 +230,9 @@ def probe(params: TwinParams) -> dict[str, float]:
         pair = Communicator.first(build_cluster(spec).subset(gpus_per_node=1), params=params)
         out[f"{kind} small"] = _time(pair, ar, 64 << 10, ring, simple, 1)
         out[f"{kind} large"] = _time(pair, ar, 256 << 20, ring, simple, 2)
+    # One GPU per VM, its NIC on the other socket (no GPUDirect RDMA): LL lines polled in host memory.
+    staged = Communicator.first(load_cluster(str(DRANET), nodes=2), params=params)
+    out["host-staged ll"] = _time(staged, ag, 256 << 10, ring, ll, 4)
     amd = Communicator.first(load_cluster("dgx-a100", nodes=2), params=params)
     out["amd proxy"] = _time(amd, ar, 64 << 10, ring, simple)
     out["amd ll scan"] = _time(amd, ar, 1 << 20, ring, ll)
@@ -327,6 +333,7 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("net.proxy_action_amd_us", 4.0, "amd proxy", True),
     ("net.ll_scan_intel_ns", 20.0, "net small ll", True),
     ("net.ll_scan_amd_ns", 40.0, "amd ll scan", True),
+    ("net.ll_host_pass_us", 3.0, "host-staged ll", True),
     ("link.cpu.efficiency", 0.3, "cpu large simple", True),
     ("link.pcie.step_us.ll128", 5.0, "pcie small ll128", True),
     ("compute.flops_fraction", 0.35, "roofline math", True),
@@ -395,7 +402,8 @@ def test_names_bounds_and_units_cover_every_parameter():
     # 40 (with the host launch and stream query) + fabric kinds (19) + compute shapes (20) + fused softmax (1)
     # + the NVLS pass (1) + Megatron's host profile (4: per kernel, step, checkpoint, collective call)
     # + a proxy post's CPU time (2: Intel, AMD) + the LL send proxy's scan of a cache line (2: Intel, AMD)
-    assert len(values) == 89
+    # + an LL pass over lines in host memory (1)
+    assert len(values) == 90
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

@@ -457,6 +457,7 @@ class CommGeometry:
         self._shares: dict[tuple, ChannelShare] = {}
         self._latencies: dict[tuple[str, Proto], float] = {}
         self._receivers: dict[tuple[str, int], tuple[tuple[bool, float, int], ...]] = {}  # host_memory_receivers
+        self._polls: dict[tuple[str, int], bool] = {}  # polls_host_memory
 
     def with_params(self, params: TwinParams) -> CommGeometry:
         """The same ranks with other physical constants (as its fabric kind sees them,
@@ -813,6 +814,25 @@ class CommGeometry:
                     receives.setdefault(f.dst, [f.hops[-1].bw, 0])[1] += 1
             self._receivers[key] = tuple(sorted({(gpu in senders, bw, n) for gpu, (bw, n) in receives.items()}))
         return self._receivers[key]
+
+    def polls_host_memory(self, pattern: str, nchannels: int) -> bool:
+        """Whether a GPU on the first ``nchannels`` channels of ``pattern`` receives from the network
+        into host memory, where its kernel polls the LL lines (``netpath.ll_host_recv_gbps``)."""
+        key = (pattern, nchannels)
+        if key not in self._polls:
+            self._polls[key] = any(self._staged_receive(f) for channel in range(nchannels)
+                                   for f in self.channel_flows(pattern, channel))
+        return self._polls[key]
+
+    def _staged_receive(self, f: Flow) -> bool:
+        """Whether NCCL puts ``f``'s network receive buffer in host memory: GPUDirect RDMA off, its
+        NIC beyond a CPU's root complex (``gdr_recv`` False), and no GPU beside that NIC that the
+        receiver reaches over NVLink, whose distance ``ncclTopoCheckGdr`` would take instead (a
+        PXN path, ``src/graph/paths.cc`` @ v2.23.4-1: GPUDirect RDMA on, the bytes through the CPU)."""
+        if f.kind != "net" or f.gdr_recv:
+            return False
+        nic = next(h.dst for h in reversed(f.hops) if h.kind == "net")
+        return not any(self.cluster.switched_to(g, nic) for g in self.cluster.nvlink_peers(f.dst))
 
     def channel_flows(self, pattern: str, channel: int) -> list[Flow]:
         """The flows of one channel of ``pattern`` (ring, tree, chain, nvls; pairs and sendrecv are

@@ -141,6 +141,20 @@ def ll_scan_us(proto: Proto, step_bytes, cpu_vendor: str, params: TwinParams = D
     return step_bytes / LL_DATA_BYTES_PER_CACHE_LINE * params.net.ll_scan_ns(cpu_vendor) * 1e-3
 
 
+def ll_host_recv_gbps(recv_threads, params: TwinParams = DEFAULT_PARAMS):
+    """What a channel's ``recv_threads`` receiving threads (scalar or numpy array) move at most, in
+    GB/s of LL data, where they poll their lines in host memory: without GPUDirect RDMA the net
+    transport's LL receive buffer is there (``NCCL_NET_MAP_ADD_POINTER(map, 0, resources->useGdr,
+    ...)`` on the receive side, ``src/transport/net.cc``).  A thread takes one line at a time and
+    spins on it (``readLL``, ``LLGenericOp`` in ``src/device/prims_ll.h``), so a pass of
+    ``recv_threads`` lines lasts at least a host-memory pass (``net.ll_host_pass_us``).
+
+    >>> round(float(ll_host_recv_gbps(512)), 2)  # measured: 2.40-2.70 GB/s a CTA of 512 threads
+    2.63
+    """
+    return recv_threads * LL_LINE_DATA_BYTES / (params.net.ll_host_pass_us * 1e3)
+
+
 def proxy_overhead_us(proto: Proto, cpu_vendor: str, params: TwinParams = DEFAULT_PARAMS) -> float:
     """CPU time the proxy threads spend on one step of one network connection."""
     return PROXY_ACTIONS[proto] * proxy_action_us(cpu_vendor, params)

@@ -36,6 +36,7 @@ from tuner.rules import POINT_TO_POINT, SINGLE_RANK, implementation_problem, lay
 from twin.model import dtree
 from twin.model.geometry import CommGeometry, LinkUse, LinkUses
 from twin.model.host import NCCL_TESTS_ITERS, HostLaunch
+from twin.model.netpath import ll_host_recv_gbps
 from twin.model.protocols import LL_LINE_DATA_BYTES, cta_copy_gbps
 from twin.model.shm import copy_threads, receive_gbps
 from twin.model.workfifo import work_fetch_us
@@ -168,6 +169,11 @@ class Schedule:
     """The grain is one CTA pass in time (an LL chain's: ``LLGenericOp`` forwards line t by thread t
     as it lands): a fill step's grain takes that pass over every hop, however fast the hop, and
     ``fill_scale`` shortens its transfer only."""
+    write_share: float = 1.0
+    """The share of a step's time at ``gbps`` its sender takes to write it: 1, but where LL receivers
+    poll their lines in host memory (``netpath.ll_host_recv_gbps``), which bounds the receiving
+    primitives and so ``gbps``, not the sender's stores that a network hop's proxy waits for
+    (``hold_bytes``, ``proxy_bound_us``'s first step)."""
 
     @cached_property
     def lumped_caps(self) -> dict[float, float]:
@@ -222,14 +228,15 @@ class Schedule:
         # ``np.any`` of a float costs microseconds; the replay asks this of every lumped call.
         if not (proxy.any() if isinstance(proxy, np.ndarray) else proxy):
             return 0.0
-        return 2 * self.step_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
+        return ((1 + self.write_share) * self.step_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us
+                + self.proxy_lag_us)
 
     def latency_us(self, gbps, scale=1.0, held=True):
         """The part of a step that does not overlap the transfer: hop latency plus one grain, and
         where ``held`` the network hops' hold (``hold_bytes``), its transfer taking ``scale`` of its
         time at ``gbps`` (a fill step's: ``fill_scale``; a grain one CTA pass long, ``paced_grain``, keeps it)."""
         grain = self.unit_bytes if self.paced_grain else scale * self.unit_bytes
-        return self.step_us + (grain + scale * self.hold_bytes * held) / (gbps * 1e3)
+        return self.step_us + (grain + scale * self.hold_bytes * self.write_share * held) / (gbps * 1e3)
 
     def interval_us(self):
         """A call's time at its busiest rank: its launch plus one paced step per chunk (the host's
@@ -357,8 +364,18 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         held_share = geom.network_share(pattern) if net_hops is None or geom.nnodes == 1 else net_hops / steps
         if phases:
             # The channel's primitives run one after another, each at its own pace (below).
-            cap = phased_gbps(phases, share.gbps * rate_scale, cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto,
-                                                                           nthreads, 1.0, params=params))
+            ops_gbps = cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, 1.0, params=params)
+            cap = phased_gbps(phases, share.gbps * rate_scale, ops_gbps)
+        # LL lines received from the network into host memory (no GPUDirect RDMA) are polled there:
+        # the receiving primitives slow down, the sender writes a step at its own pace (``write_share``).
+        polls = proto is Proto.LL and geom.polls_host_memory(pattern, nch)
+        write_share = 1.0
+        if polls:
+            free_gbps = np.minimum(share.gbps * rate_scale, cap)
+            recv_gbps = ll_host_recv_gbps(recv_threads, params)
+            cap = (phased_gbps(phases, share.gbps * rate_scale, ops_gbps, recv_gbps) if phases
+                   else np.minimum(cap, recv_gbps))
+            write_share = np.minimum(share.gbps * rate_scale, cap) / free_gbps
         host_gbps = host_memory_gbps(geom, pattern, proto, nch, recv_threads)
         cta_cap, cap = cap, np.minimum(cap, host_gbps)
         gbps = np.minimum(share.gbps * rate_scale, cap)
@@ -411,9 +428,15 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # NVLink, PCIe or in-switch hops, which fill at their own rate or the CTA's.
         # The first chunk down a one-node tree meets fewer of its receivers' loads and stores through
         # host memory than the chunks behind it (``first_chunk_host_gbps``).
-        fill = (fill_gbps_scale(geom.fill_ratios(pattern, proto), share.gbps * rate_scale, host_gbps, cta_cap,
-                                first_chunk_host_gbps(geom, pattern, proto, nch, recv_threads, loops, host_gbps))
-                if shape == "pipeline" and pattern in ("tree", "chain") and geom.nnodes == 1 else 1.0)
+        # Across nodes, LL lines polled in host memory slow the network hops only (``write_share``).
+        if shape == "pipeline" and pattern in ("tree", "chain") and geom.nnodes == 1:
+            fill = fill_gbps_scale(geom.fill_ratios(pattern, proto), share.gbps * rate_scale, host_gbps, cta_cap,
+                                   first_chunk_host_gbps(geom, pattern, proto, nch, recv_threads, loops, host_gbps))
+        elif shape == "pipeline" and polls:
+            net = geom.network_share(pattern)
+            fill = net + (1 - net) * write_share
+        else:
+            fill = 1.0
         return Schedule(shape, steps, loops, step_bytes, grain_bytes, gbps, share.step_us + scan_lag_us,
                         launch + extra_launch, cap, scaled_links(share.links, rate_scale), pattern == "chain",
                         slice_sync_us(algo, proto, slices, params) + fence_us,
@@ -422,7 +445,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         held_share * held_step_bytes(shape, proto, step_bytes, grain_bytes,
                                                      np.minimum(chunk, per_channel)),
                         geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes,
-                        paced_grain=proto is Proto.LL and pattern in ("chain", "tree"))
+                        paced_grain=proto is Proto.LL and pattern in ("chain", "tree"), write_share=write_share)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
@@ -699,11 +722,13 @@ def tree_up_down_cta_gbps(hbm_gbps: float, proto: Proto, nthreads, nranks: int, 
 @dataclass(frozen=True)
 class Phase:
     """One primitive of a ring loop: ``count`` times per loop, ``ops`` bytes loaded and stored per
-    payload byte, over the link to the next rank or (``sends=False``) local only."""
+    payload byte, over the link to the next rank or (``sends=False``) local only, on what it
+    receives from the previous rank or (``receives=False``) on the rank's own data."""
 
     count: int
     ops: float
     sends: bool = True
+    receives: bool = True
 
 
 def ring_phases(op: Op, nranks: int, direct: bool = False) -> tuple[Phase, ...]:
@@ -718,18 +743,19 @@ def ring_phases(op: Op, nranks: int, direct: bool = False) -> tuple[Phase, ...]:
     """
     n = max(nranks, 2)
     if op is Op.ALLREDUCE:
-        phases = (Phase(1, 2), Phase(n - 2, 3), Phase(1, 4), Phase(n - 2, 2 if direct else 3),
+        phases = (Phase(1, 2, receives=False), Phase(n - 2, 3), Phase(1, 4), Phase(n - 2, 2 if direct else 3),
                   Phase(1, 0 if direct else 2, sends=False))
     elif op is Op.ALLGATHER:
-        phases = (Phase(1, 3), Phase(n - 2, 2 if direct else 3), Phase(1, 0 if direct else 2, sends=False))
+        phases = (Phase(1, 3, receives=False), Phase(n - 2, 2 if direct else 3),
+                  Phase(1, 0 if direct else 2, sends=False))
     elif op is Op.REDUCESCATTER:
-        phases = (Phase(1, 2), Phase(n - 2, 3), Phase(1, 3, sends=False))
+        phases = (Phase(1, 2, receives=False), Phase(n - 2, 3), Phase(1, 3, sends=False))
     else:
         raise ValueError(f"{op} has no ring rounds")
     return tuple(p for p in phases if p.count and p.ops)
 
 
-def phased_gbps(phases: tuple[Phase, ...], link_gbps, ops_gbps):
+def phased_gbps(phases: tuple[Phase, ...], link_gbps, ops_gbps, recv_gbps=np.inf):
     """Payload rate of a ring channel whose CTA runs ``phases`` one after another.
 
     A CTA executes each primitive to the end of its slice before it starts the next, and every
@@ -738,10 +764,14 @@ def phased_gbps(phases: tuple[Phase, ...], link_gbps, ops_gbps):
     memory operations (``ops_gbps`` bytes loaded plus stored per second), and the final receive,
     which only copies locally, leaves the link idle meanwhile.  When every phase is bound by the
     CTA this is its rate at the loop's mean operations per byte; when the link binds the sends,
-    the local phase comes on top (a 2-rank AllReduce: one local copy per two sends).
+    the local phase comes on top (a 2-rank AllReduce: one local copy per two sends).  A phase that
+    receives goes no faster than ``recv_gbps`` (LL lines polled in host memory, ``netpath``).
     """
-    seconds = sum(p.count * (np.maximum(1.0 / link_gbps, p.ops / ops_gbps) if p.sends else p.ops / ops_gbps)
-                  for p in phases)
+    def pace(p: Phase):
+        own = np.maximum(p.ops / ops_gbps, 1.0 / recv_gbps) if p.receives else p.ops / ops_gbps
+        return np.maximum(1.0 / link_gbps, own) if p.sends else own
+
+    seconds = sum(p.count * pace(p) for p in phases)
     return sum(p.count for p in phases if p.sends) / seconds
 
 

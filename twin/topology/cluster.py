@@ -329,6 +329,11 @@ class Cluster:
         """PCIe hops from a GPU to a NIC of its host (NCCL prefers the nearest)."""
         return len(self._pcie_path(gpu, nic)) - 1
 
+    def switched_to(self, gpu: str, nic: str) -> bool:
+        """Whether ``gpu`` reaches ``nic`` of its host through PCIe switches alone, no CPU's root
+        complex on the way (NCCL's PIX or PXB path)."""
+        return not any(kind_of(self.graph, n) == CPU for n in self._pcie_path(gpu, nic))
+
     def local_nics(self, gpu: str) -> list[str]:
         """The NICs NCCL counts as local to ``gpu`` (``ncclTopoGetLocal`` from a GPU to the
         network): the widest path first, then the nearest kind of path (one PCIe switch, several,
