@@ -70,7 +70,10 @@ class IntraLink:
     header_bytes: float = _param(0.0, "bytes", 0.0, 512.0)
     """Per-packet overhead: a store of ``s`` bytes crosses the link as a packet of ``s + header``."""
     step_us: ProtocolTimes = ProtocolTimes()
-    """One step of each protocol over this link, µs."""
+    """One step of each protocol over this link, µs (a ring's; a chain's, NVLS's, point to point's)."""
+    tree_step_us: ProtocolTimes = ProtocolTimes()
+    """One hop of a tree inside a node, µs: NCCL measures it apart from a ring step
+    (``hwLatencies[hw][NCCL_ALGO_TREE]`` against ``[NCCL_ALGO_RING]``, ``src/graph/tuning.cc``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,17 +81,21 @@ class Links:
     """The links inside a node: what each delivers to payload and what one step over it costs."""
 
     nvlink: IntraLink = IntraLink(efficiency=0.84, header_bytes=16.0,
-                                  step_us=ProtocolTimes(ll=0.6, ll128=1.9, simple=3.4))
-    """NVLink: 16-byte packet headers; steps from NCCL's ``hwLatencies`` (NVLink, ring rows)."""
+                                  step_us=ProtocolTimes(ll=0.6, ll128=1.9, simple=3.4),
+                                  tree_step_us=ProtocolTimes(ll=0.6, ll128=1.25, simple=4.0))
+    """NVLink: 16-byte packet headers; steps from NCCL's ``hwLatencies`` (NVLink, ring and tree
+    rows, v2.29.2-1; the same in v2.28.9-1)."""
     pcie: IntraLink = IntraLink(efficiency=1.0, header_bytes=24.0,
-                                step_us=ProtocolTimes(ll=1.0, ll128=2.5, simple=5.7))
+                                step_us=ProtocolTimes(ll=1.0, ll128=2.5, simple=5.7),
+                                tree_step_us=ProtocolTimes(ll=1.0, ll128=1.9, simple=4.0))
     """PCIe: a TLP costs about 24 bytes of header and framing.  Links in the topology already carry
     usable rates (NCCL's convention: 12 GB/s for Gen3 x16, 24 for Gen4), so only the header is
-    charged; steps from NCCL's ``hwLatencies`` (PCI, ring rows)."""
+    charged; steps from NCCL's ``hwLatencies`` (PCI, ring and tree rows)."""
     cpu: IntraLink = IntraLink(efficiency=0.75, header_bytes=24.0,
-                               step_us=ProtocolTimes(ll=1.0, ll128=2.5, simple=5.7))
+                               step_us=ProtocolTimes(ll=1.0, ll128=2.5, simple=5.7),
+                               tree_step_us=ProtocolTimes(ll=1.0, ll128=1.9, simple=4.0))
     """A CPU's links (root complex, socket interconnect): PCIe TLPs, 3/4 of the rate left for
-    packets; steps from NCCL's ``hwLatencies`` (PCI, ring rows)."""
+    packets; steps from NCCL's ``hwLatencies`` (PCI, ring and tree rows)."""
     root_complex_p2p_efficiency: float = _param(0.72, "fraction", 0.05, 1.0)
     """Peer-to-peer TLPs forwarded by a CPU's root complex (GPUs with no PCIe switch between them,
     nvidia-smi's NODE/SYS) move at about this share of the link rate: the host bridge is built for

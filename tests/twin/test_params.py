@@ -208,6 +208,7 @@ def probe(params: TwinParams) -> dict[str, float]:
     h100 = Communicator.first(load_cluster("dgx-h100"), params=params)
     for proto in Proto:
         out[f"nvlink small {proto}"] = _time(h100, ar, 64 << 10, ring, proto)
+        out[f"nvlink tree {proto}"] = _time(h100, ar, 64 << 10, tree, proto)
     out["nvlink large"] = _time(h100, ar, 256 << 20, ring, simple, 32)
     out["nvlink large ll"] = _time(h100, ar, 256 << 20, ring, ll, 32)
     out["cta simple"] = _time(h100, ar, 256 << 20, ring, simple, 1)
@@ -246,6 +247,8 @@ def probe(params: TwinParams) -> dict[str, float]:
         out[f"pcie small {proto}"] = _time(pcie_pair, ar, 64 << 10, ring, proto)
         out[f"pcie large {proto}"] = _time(pcie_pair, ag, 256 << 20, ring, proto, 16)
         out[f"cpu small {proto}"] = _time(pcie, ar, 64 << 10, ring, proto)
+        out[f"pcie tree {proto}"] = _time(pcie_pair, ar, 64 << 10, tree, proto)
+        out[f"cpu tree {proto}"] = _time(pcie, ar, 64 << 10, tree, proto)
         out[f"cpu large {proto}"] = _time(pcie, ag, 256 << 20, ring, proto, 16)
     h100_gpu = gpu_spec("H100-SXM5-80GB")
     out["roofline math"] = roofline_us(h100_gpu, 4e12, 1e6, params=params)
@@ -336,6 +339,7 @@ def test_every_parameter_reaches_the_predictions(name, baseline):
     ("net.ll_host_pass_us", 3.0, "host-staged ll", True),
     ("link.cpu.efficiency", 0.3, "cpu large simple", True),
     ("link.pcie.step_us.ll128", 5.0, "pcie small ll128", True),
+    ("link.pcie.tree_step_us.simple", 8.0, "pcie tree simple", True),
     ("compute.flops_fraction", 0.35, "roofline math", True),
     ("compute.hbm_fraction", 0.4, "roofline memory", True),
     ("compute.copy_rate_under_compute", 0.4, "overlapped call", True),
@@ -402,8 +406,9 @@ def test_names_bounds_and_units_cover_every_parameter():
     # 40 (with the host launch and stream query) + fabric kinds (19) + compute shapes (20) + fused softmax (1)
     # + the NVLS pass (1) + Megatron's host profile (4: per kernel, step, checkpoint, collective call)
     # + a proxy post's CPU time (2: Intel, AMD) + the LL send proxy's scan of a cache line (2: Intel, AMD)
-    # + an LL pass over lines in host memory (1)
-    assert len(values) == 90
+    # + an LL pass over lines in host memory (1) + a tree hop inside a node (9: 3 protocols on NVLink,
+    # PCIe and CPU links)
+    assert len(values) == 99
     for name, value in values.items():
         low, high = TwinParams.bounds()[name]
         assert low <= value <= high, name

@@ -63,11 +63,13 @@ class Flow:
                 return kind
         return "local"
 
-    def latency_us(self, proto: Proto, cpu_vendor: str = "intel", params: TwinParams = DEFAULT_PARAMS) -> float:
-        """One step: the protocol's synchronisation on this kind of link; between nodes the
-        proxy path (``netpath``) plus the fabric's switches and cables."""
+    def latency_us(self, proto: Proto, cpu_vendor: str = "intel", params: TwinParams = DEFAULT_PARAMS, *,
+                   tree: bool = False) -> float:
+        """One step: the protocol's synchronisation on this kind of link (``tree``: a tree's hop,
+        ``hop_latency_us``); between nodes the proxy path (``netpath``) plus the fabric's
+        switches and cables."""
         if self.kind != "net":
-            return hop_latency_us(proto, self.kind, params)
+            return hop_latency_us(proto, self.kind, params, tree=tree)
         fabric = sum(h.lat_us * h.share for h in self.hops if h.kind == "net")  # one rail's, when striped
         return net_step_latency_us(proto, fabric_us=fabric, cpu_vendor=cpu_vendor, gdr_send=self.gdr_send,
                                    gdr_recv=self.gdr_recv, params=params)
@@ -1046,11 +1048,12 @@ class CommGeometry:
             self._latencies[key] = () if alike else ratios  # (): every hop alike
         return self._latencies[key]
 
-    def hop_latency_us(self, flow: Flow, proto: Proto) -> float:
-        """One step over ``flow``.  Inside a node of a communicator that spans nodes, an LL step
-        costs ``protocol.ll_multinode_intra_factor`` (1.8) times its single-node latency:
-        NVIDIA's measurement, carried in NCCL 2.8's tuning model; its cause is not modelled here."""
-        lat = flow.latency_us(proto, self.cpu_vendor, self.params)
+    def hop_latency_us(self, flow: Flow, proto: Proto, *, tree: bool = False) -> float:
+        """One step over ``flow`` (``tree``: a tree's hop, ``Flow.latency_us``).  Inside a node of a
+        communicator that spans nodes, an LL step costs ``protocol.ll_multinode_intra_factor``
+        (1.8) times its single-node latency: NVIDIA's measurement, carried in NCCL 2.8's tuning
+        model; its cause is not modelled here."""
+        lat = flow.latency_us(proto, self.cpu_vendor, self.params, tree=tree)
         if proto is Proto.LL and self.nnodes > 1 and flow.kind != "net":
             lat *= self.params.protocol.ll_multinode_intra_factor
         return lat
@@ -1093,9 +1096,11 @@ class CommGeometry:
         tree = self.channel_flows("tree", 0)
         inter = [f for f in tree if self._between_nodes(f)]
         if pattern == "tree":
+            # A hop inside a node takes NCCL's tree latency (``IntraLink.tree_step_us``).
             intra = [f for f in tree if not self._between_nodes(f)]
+            within = sum(self.hop_latency_us(f, proto, tree=True) for f in intra) / len(intra) if intra else 0.0
             hops = (self.ppn - 1) + levels
-            return ((self.ppn - 1) * mean(intra) + levels * mean(inter)) / max(hops, 1)
+            return ((self.ppn - 1) * within + levels * mean(inter)) / max(hops, 1)
         return (2 * self.nvls_switch_hop_us(proto) + 2 * levels * mean(inter)) / (2 + 2 * levels)
 
 

@@ -83,9 +83,18 @@ def store_efficiency(proto: Proto, link_kind: str, *, dma: bool = False, params:
     return efficiency * store / (store + header) * PAYLOAD_FRACTION[proto]
 
 
-def hop_latency_us(proto: Proto, link_kind: str, params: TwinParams = DEFAULT_PARAMS) -> float:
-    """One step of ``proto`` over a link of ``link_kind`` inside a node (none without a link)."""
-    return 0.0 if link_kind == "local" else params.link.of(link_kind).step_us.of(proto)
+def hop_latency_us(proto: Proto, link_kind: str, params: TwinParams = DEFAULT_PARAMS, *, tree: bool = False
+                   ) -> float:
+    """One step of ``proto`` over a link of ``link_kind`` inside a node (none without a link);
+    ``tree``: a tree's hop (``IntraLink.tree_step_us``).
+
+    >>> hop_latency_us(Proto.SIMPLE, "pcie"), hop_latency_us(Proto.SIMPLE, "pcie", tree=True)
+    (5.7, 4.0)
+    """
+    if link_kind == "local":
+        return 0.0
+    link = params.link.of(link_kind)
+    return (link.tree_step_us if tree else link.step_us).of(proto)
 
 
 def cta_copy_gbps(hbm_gbps: float, proto: Proto, nthreads, ops_per_byte: float = 2.0, *,
