@@ -270,6 +270,18 @@ def test_one_process_per_gpu_moves_less_than_one_process_driving_all():
     assert per_gpu < one_process
 
 
+def test_only_simple_writes_straight_into_a_peer_s_buffer_when_one_process_drives_every_gpu():
+    # NCCL's LL and LL128 primitives have no direct operations (``PrimitivesWithoutDirect``), so
+    # their CTAs move the same bytes whichever process drives the peer.
+    cluster = load_cluster("dgx-a100")
+    per_gpu, one_process = (Communicator.first(cluster, 8, gpus_per_process=g) for g in (1, 8))
+    task = per_gpu.task(Op.ALLREDUCE, 8 << 20, "float32")
+    for proto, nthreads, chunk in ((Proto.LL, 512, 1 << 15), (Proto.LL128, 640, 576000), (Proto.SIMPLE, 544, 1 << 21)):
+        config = Config(Algo.RING, proto, Transport.P2P, 8, nthreads, chunk)
+        rates = [comm.schedule(task, config).cap_gbps for comm in (per_gpu, one_process)]
+        assert rates[0] < rates[1] if proto is Proto.SIMPLE else rates[0] == rates[1]
+
+
 def test_multinode_ring_is_bound_by_its_channels_before_its_nics():
     comm = Communicator.first(load_cluster("dgx-a100", nodes=2))
     kw = dict(algo=Algo.RING, proto=Proto.SIMPLE, nthreads=544, chunk_bytes=1 << 21)

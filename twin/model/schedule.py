@@ -339,9 +339,12 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     the physical constants are the geometry's (``CommGeometry.params``)."""
     n = geom.nranks
     params = geom.params
-    # One process driving every GPU of the node lets NCCL write straight into peers' buffers
-    # (Simple and LL128; LL always goes through its flagged lines).
-    direct = geom.nnodes == 1 and gpus_per_process >= geom.ppn and proto is not Proto.LL
+    # One process driving every GPU of the node lets NCCL's Simple primitives write straight into
+    # peers' buffers.  LL and LL128 always go through their flagged lines in the peer's FIFO:
+    # 2.8 – 2.9's ``ncclLL128Primitives`` have no direct operations, and from 2.10 the LL and LL128
+    # ``Primitives`` derive from ``PrimitivesWithoutDirect``, which maps every ``direct*`` call to
+    # the plain one (``prims_ll128.h`` @ v2.8.4-1, v2.9.9-1; ``primitives.h`` @ v2.10.3-1 – v2.28.9-1).
+    direct = geom.nnodes == 1 and gpus_per_process >= geom.ppn and proto is Proto.SIMPLE
     copy = cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, memory_ops_per_byte(op, algo, n, direct),
                          params=params)
     host = HostLaunch(gpus_per_process, params.protocol.host_launch_us, params.protocol.stream_query_us)
