@@ -266,9 +266,14 @@ class FabricKind:
     each message over them: aws-ofi-nccl's RDMA protocol, the default on p5/p5e/p5en
     (``platform_data_map``'s ``PROTOCOL::RDMA``, ``src/platform-aws.cpp``), groups the NICs by GPU
     locality (``nccl_ofi_topo.cpp``), reports the first rail's speed times the group's size
-    (``getProperties``, ``nccl_ofi_rdma.cpp``) and stripes a message of ``OFI_NCCL_MIN_STRIPE_SIZE``
-    (128 KiB) or more over the rails, smaller ones to the rails in turn (``nccl_ofi_scheduler.cpp``;
-    aws-ofi-nccl master 2daf7d30)."""
+    (``getProperties``, ``nccl_ofi_rdma.cpp``) and writes each message in stripes, one RDMA write
+    (``fi_writedata``) each, to the rails in turn: as many stripes as the largest divisor of the
+    group's rails up to ``ceil(size / OFI_NCCL_MIN_STRIPE_SIZE)`` (128 KiB), so on a p5's 4 rails a
+    message under 128 KiB goes whole to one rail, one up to 384 KiB to 2, a larger one to all 4
+    (``get_num_stripes``, ``nccl_ofi_scheduler.cpp``, aws-ofi-nccl v1.13.0 to master 2daf7d30;
+    v1.7 to v1.12 sent a message of up to ``OFI_NCCL_ROUND_ROBIN_THRESHOLD``, 256 KiB, whole to
+    one rail and a larger one over all).  Over many messages each rail so carries its share of the
+    device's flows, as the twin spreads them (``Cluster.striped_route``)."""
     times: str = ""
     """The kind whose times and line-rate share (``TwinParams.fabric``) this one shares; empty: its
     own (a kind that differs from another only in how NCCL may drive it)."""

@@ -197,7 +197,11 @@ EFA_TREE = ("two nodes over EFA: NCCL's own tables switch Ring → Tree LL128 at
             "64 → 128 KiB chunk step at 64 MiB falls 23-32 % (chunk-only tolerance 10 %), its 64 KiB steps bound by "
             "the same requests; each request's EFA cost (fabric.efa.message_us, 1.25 µs) is first-generation EFA's "
             "(libfabric tagged RDM on c5n), no public figure gives aws-ofi-nccl's RDMA protocol on EFA v2+; "
-            "aws-ofi-nccl's tuner keeps NCCL's choice on two nodes or fewer (nccl_ofi_regions.cpp since v1.15.0)")
+            "aws-ofi-nccl's tuner keeps NCCL's choice on two nodes or fewer (nccl_ofi_regions.cpp since v1.15.0). "
+            "Against the held-out p5 file it is the other side of each switch that is fast: the measured ring "
+            "(16, 32 MiB) extrapolates to 227-239 µs at 8 MiB, the measured Tree takes 201-205 (a 10-16 % fall), "
+            "the twin's Tree 159, short of a fixed cost of the 16-channel call (docs/physics.md, 'Two p5 nodes'); "
+            "NVLS-Tree at 64 MiB takes 601 µs measured, the twin 541 on 64 KiB chunks and 369 on 128 KiB")
 GIB_A4_LL = ("two a4 VMs of 8 B200: Google's gIB tuner (tuner_config_a4.txtpb) keeps Ring LL on 8 channels up to "
              "256 KiB per rank (4 MiB of AllGather over 16 ranks) and Ring LL128 on 16 above, where the twin's LL on 8 "
              "channels is bound by their LL line rate (78 µs at 4 MiB against 42 at 2 MiB; Broadcast and Reduce 111) "
