@@ -172,6 +172,12 @@ class Schedule:
     """The grain is one CTA pass in time (an LL chain's: ``LLGenericOp`` forwards line t by thread t
     as it lands): a fill step's grain takes that pass over every hop, however fast the hop, and
     ``fill_scale`` shortens its transfer only."""
+    post_bytes: float = 0.0
+    """Rounds across nodes: what one network post of the proxy carries (``proxy_bound_us``): a Simple
+    ring's slice (``sendProxyProgress`` sends ``sliceSteps`` FIFO steps at a time, once the kernel's
+    tail has passed them, and ``prims_simple.h`` posts its tail after every slice), an LL or LL128
+    step (``sliceSteps = 1`` outside Ring Simple, ``calcCollChunking``, ``src/enqueue.cc``
+    @ v2.26.6-1)."""
 
     @cached_property
     def lumped_caps(self) -> dict[float, float]:
@@ -221,12 +227,13 @@ class Schedule:
         other step overlaps.  Where that work is the longer, the rounds take the kernel's first
         step, written before the thread can post it, the thread's posts of every step one after
         another, then the rest of the last post's network hop (``proxy_lag_us``) and that step
-        received; 0 on one node (no proxy)."""
+        received; 0 on one node (no proxy).  What the first post waits for and the last one
+        carries is a post's data (``post_bytes``): a Simple step goes out slice by slice."""
         proxy = self.proxy_us
         # ``np.any`` of a float costs microseconds; the replay asks this of every lumped call.
         if not (proxy.any() if isinstance(proxy, np.ndarray) else proxy):
             return 0.0
-        return 2 * self.step_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
+        return 2 * self.post_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
 
     def latency_us(self, gbps, scale=1.0, held=True):
         """The part of a step that does not overlap the transfer: hop latency plus one grain, and
@@ -392,12 +399,12 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # A ring round hands over each of its slices; a pipeline step is one slice (Tree, Broadcast
         # and Reduce run ``ProtoSimple<1, 1>``: one step per chunk, one slice per step).
         slices = step_bytes / grain_bytes if shape == "rounds" else 1.0
-        proxy_us = share.proxy_us
+        proxy_us, post_bytes = share.proxy_us, step_bytes
         if algo is Algo.RING and shape == "rounds" and proto is Proto.SIMPLE:
             # A Simple ring step goes out slice by slice: one post per slice (``sliceSteps`` FIFO
             # steps each, ``sendProxyProgress``), and a flush per slice received (PAT runs
             # ``ProtoSimple<1, 1>``: one slice a step).
-            proxy_us = share.proxy_us * np.ceil(slices - 1e-9)
+            proxy_us, post_bytes = share.proxy_us * np.ceil(slices - 1e-9), grain_bytes
         if shape == "pipeline":
             # Across the network a pipeline moves NCCL's steps, not the grains above: the proxy
             # posts one message per FIFO step (``sendProxyProgress``, ``src/transport/net.cc``),
@@ -422,7 +429,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         held_share * held_step_bytes(shape, proto, step_bytes, grain_bytes,
                                                      np.minimum(chunk, per_channel)),
                         geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes,
-                        paced_grain=proto is Proto.LL and pattern == "chain")
+                        paced_grain=proto is Proto.LL and pattern == "chain",
+                        post_bytes=post_bytes)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
