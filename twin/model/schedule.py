@@ -178,6 +178,10 @@ class Schedule:
     tail has passed them, and ``prims_simple.h`` posts its tail after every slice), an LL or LL128
     step (``sliceSteps = 1`` outside Ring Simple, ``calcCollChunking``, ``src/enqueue.cc``
     @ v2.26.6-1)."""
+    write_gbps: float = 0.0
+    """Rounds across nodes: the rate the kernel writes the call's first post at (``proxy_bound_us``),
+    its CTA's in the loop's first primitive alone (``ring_phases``): the FIFO is empty, so nothing
+    makes it wait for the network; never below the loop's rate."""
 
     @cached_property
     def lumped_caps(self) -> dict[float, float]:
@@ -228,12 +232,14 @@ class Schedule:
         step, written before the thread can post it, the thread's posts of every step one after
         another, then the rest of the last post's network hop (``proxy_lag_us``) and that step
         received; 0 on one node (no proxy).  What the first post waits for and the last one
-        carries is a post's data (``post_bytes``): a Simple step goes out slice by slice."""
+        carries is a post's data (``post_bytes``): a Simple step goes out slice by slice; the
+        kernel writes the first at its CTA's rate (``write_gbps``), the last crosses at ``gbps``."""
         proxy = self.proxy_us
         # ``np.any`` of a float costs microseconds; the replay asks this of every lumped call.
         if not (proxy.any() if isinstance(proxy, np.ndarray) else proxy):
             return 0.0
-        return 2 * self.post_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
+        write = self.post_bytes / (np.maximum(self.write_gbps, gbps) * 1e3)
+        return write + self.post_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
 
     def latency_us(self, gbps, scale=1.0, held=True):
         """The part of a step that does not overlap the transfer: hop latency plus one grain, and
@@ -430,7 +436,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                                                      np.minimum(chunk, per_channel)),
                         geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes,
                         paced_grain=proto is Proto.LL and pattern == "chain",
-                        post_bytes=post_bytes)
+                        post_bytes=post_bytes,
+                        write_gbps=cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, phases[0].ops,
+                                                 params=params) if phases else 0.0)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
