@@ -225,21 +225,24 @@ class Schedule:
         return np.maximum(steps, self.proxy_bound_us(gbps)) if self.shape == "rounds" else steps
 
     def proxy_bound_us(self, gbps):
-        """Rounds across nodes, as the busiest proxy thread paces them: a ring's steps depend on
-        each other round the ring, whose mean hop latency the steps pay (``step_us``), but one
-        thread posts every network step of its GPU's channels, ``proxy_us`` of work a step that no
-        other step overlaps.  Where that work is the longer, the rounds take the kernel's first
-        step, written before the thread can post it, the thread's posts of every step one after
-        another, then the rest of the last post's network hop (``proxy_lag_us``) and that step
-        received; 0 on one node (no proxy).  What the first post waits for and the last one
-        carries is a post's data (``post_bytes``): a Simple step goes out slice by slice; the
-        kernel writes the first at its CTA's rate (``write_gbps``), the last crosses at ``gbps``."""
+        """Rounds across nodes, as the busiest proxy thread and its network send queue pace them:
+        a ring's steps depend on each other round the ring, whose mean hop latency the steps pay
+        (``step_us``), but one thread posts every network step of its GPU's channels in order,
+        ``proxy_us`` of work a step that no other step overlaps, and each connection's sends leave
+        one after another (``sendProxyProgress``: ``isend`` in FIFO order).  So the rounds take the
+        kernel's first post written before the thread can post it (``post_bytes``: a Simple step
+        goes out slice by slice; written at the CTA's own rate, ``write_gbps``), then the longer of
+        the thread's posts of every step with the last post's data crossing after them, and one
+        post with every step's data crossing after it at ``gbps``, then the rest of the last post's
+        network hop (``proxy_lag_us``); 0 on one node (no proxy)."""
         proxy = self.proxy_us
         # ``np.any`` of a float costs microseconds; the replay asks this of every lumped call.
         if not (proxy.any() if isinstance(proxy, np.ndarray) else proxy):
             return 0.0
         write = self.post_bytes / (np.maximum(self.write_gbps, gbps) * 1e3)
-        return write + self.post_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us + self.proxy_lag_us
+        posts = self.n_steps * proxy + self.post_bytes / (gbps * 1e3)
+        sends = proxy * self.post_bytes / self.step_bytes + self.n_steps * self.step_bytes / (gbps * 1e3)
+        return write + np.maximum(posts, sends) + self.proxy_lag_us
 
     def latency_us(self, gbps, scale=1.0, held=True):
         """The part of a step that does not overlap the transfer: hop latency plus one grain, and
