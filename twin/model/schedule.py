@@ -180,8 +180,15 @@ class Schedule:
     @ v2.26.6-1)."""
     write_gbps: float = 0.0
     """Rounds across nodes: the rate the kernel writes the call's first post at (``proxy_bound_us``),
-    its CTA's in the loop's first primitive alone (``ring_phases``): the FIFO is empty, so nothing
-    makes it wait for the network; never below the loop's rate."""
+    its CTA's in the loop's first primitive alone (a ring's ``ring_phases``; PAT, whose primitives
+    are not walked one by one, its CTA's copy rate): the FIFO is empty, so nothing makes it wait
+    for the network; never below the loop's rate."""
+    wire_gbps: float = np.inf
+    """Rounds across nodes: the channel's share of its links alone, without its CTA's bound
+    (``proxy_bound_us``: what the network carries of every step one after another)."""
+    drain_gbps: float = np.inf
+    """Rounds across nodes: the CTA's rate in the loop's last primitive alone (a ring's final
+    receive; PAT: its copy rate), at which the last post's last grain leaves the receive buffer."""
 
     @cached_property
     def lumped_caps(self) -> dict[float, float]:
@@ -232,16 +239,19 @@ class Schedule:
         one after another (``sendProxyProgress``: ``isend`` in FIFO order).  So the rounds take the
         kernel's first post written before the thread can post it (``post_bytes``: a Simple step
         goes out slice by slice; written at the CTA's own rate, ``write_gbps``), then the longer of
-        the thread's posts of every step with the last post's data crossing after them, and one
-        post with every step's data crossing after it at ``gbps``, then the rest of the last post's
-        network hop (``proxy_lag_us``); 0 on one node (no proxy)."""
+        the thread's posts of every step with the last post's data crossing after them at
+        ``gbps``, and one post with every step's data on the wire after it (``wire_gbps``, as
+        contended as ``gbps``) and the last grain copied out (``drain_gbps``), then the rest of the
+        last post's network hop (``proxy_lag_us``); 0 on one node (no proxy)."""
         proxy = self.proxy_us
         # ``np.any`` of a float costs microseconds; the replay asks this of every lumped call.
         if not (proxy.any() if isinstance(proxy, np.ndarray) else proxy):
             return 0.0
         write = self.post_bytes / (np.maximum(self.write_gbps, gbps) * 1e3)
         posts = self.n_steps * proxy + self.post_bytes / (gbps * 1e3)
-        sends = proxy * self.post_bytes / self.step_bytes + self.n_steps * self.step_bytes / (gbps * 1e3)
+        wire = self.wire_gbps * gbps / self.gbps
+        sends = (proxy * self.post_bytes / self.step_bytes + self.n_steps * self.step_bytes / (wire * 1e3)
+                 + self.unit_bytes / (np.maximum(self.drain_gbps, gbps) * 1e3))
         return write + np.maximum(posts, sends) + self.proxy_lag_us
 
     def latency_us(self, gbps, scale=1.0, held=True):
@@ -368,6 +378,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     # LL128 one warp's lines; Simple half a chunk.
     unit = {Proto.LL: nthreads * LL_LINE_DATA_BYTES, Proto.LL128: LL128_UNIT_BYTES}.get(proto, chunk / 2)
 
+    def phase_cta(phase: Phase):
+        """The CTA's payload rate in one primitive alone."""
+        return cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, phase.ops, params=params)
+
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
                extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
                recv_threads=nthreads, net_hops: float | None = None, passes: int = 1) -> Schedule:
@@ -440,8 +454,8 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes,
                         paced_grain=proto is Proto.LL and pattern == "chain",
                         post_bytes=post_bytes,
-                        write_gbps=cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, phases[0].ops,
-                                                 params=params) if phases else 0.0)
+                        write_gbps=phase_cta(phases[0]) if phases else cta_cap,
+                        wire_gbps=share.gbps * rate_scale, drain_gbps=phase_cta(phases[-1]) if phases else cta_cap)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
