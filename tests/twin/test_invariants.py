@@ -214,6 +214,13 @@ GIB_A3U_LL = ("two a3-ultra VMs of 8 H200: a two-node LL chain's network hop hol
               "53.4 µs, 128 KiB on 8 of 512 hold 16 KiB and take 39.8, a 25.4 % fall, where rule (b)'s thread step "
               "needs the channels to carry no less data; no public a3-ultra 2x8 measurement of a chain says "
               "whether NCCL's time falls there")
+GH200_LL_SCAN = ("two HPE Cray EX254n nodes of 4 GH200 over Slingshot: NCCL's own tables switch Ring LL on 8 channels "
+                 "to Ring LL128 between 1 and 2 MiB, where the twin's Ring LL is paced by the busiest proxy thread's "
+                 "flag scans of every LL step in host memory before it posts it (twin.model.netpath.ll_scan_us, H200 "
+                 "host measurement: 7 steps at 9.1 µs of proxy work, 74.8 of the 81.4 µs of AllGather at 1 MiB; "
+                 "ReduceScatter 80.8) and its LL128 steps by their transfer (60.9 and 60.4 µs at 2 MiB): a 25.2 % "
+                 "fall, 24.2 % before the first post was written at the CTA's own rate (Schedule.write_gbps, issue 12, "
+                 "session 11); no public GH200 Slingshot measurement says whether NCCL's LL is that slow there")
 SHM_TREE_SOCKETS = ("8 H100 NVL in 4 NVLink-bridged pairs over 2 Sapphire Rapids sockets, one node or two: "
                     "between pairs NCCL goes through host memory (SHM), and NCCL's cost model picks Tree at 2-8 MiB, "
                     "a chain of 14 hops (one node) of 512 KiB chunks whose SHM hops load host memory at the copying "
@@ -228,6 +235,7 @@ KNOWN_MISSES = {
     **{(name, Op.ALLREDUCE): SHM_TREE_SOCKETS for name in ("h100-nvl:8", "h100-nvl:2x8")},
     **{("gcp-a3-ultra:2x8", op): GIB_A3U_LL for op in (Op.BROADCAST, Op.REDUCE)},
     **{("gcp-a4:2x8", op): GIB_A4_LL for op in (Op.ALLGATHER, Op.REDUCESCATTER, Op.BROADCAST, Op.REDUCE)},
+    **{("gh200-slingshot:2x4", op): GH200_LL_SCAN for op in (Op.ALLGATHER, Op.REDUCESCATTER)},
     **{(f"{p}:2x8", Op.ALLREDUCE): EFA_TREE for p in ("aws-p5", "aws-p5e", "aws-p5en")},
     **{(f"{p}:4", Op.ALLREDUCE): SHM_TREE for p in ("h100-nvl", "h100-pcie")},
 }

@@ -125,14 +125,16 @@ def _ring_walk_us(geom: CommGeometry, s, proto: Proto, nchannels: int) -> float:
     (hop latency plus a grain), across the network the sender's proxy thread posts the step once it
     is written, after the thread's work of the step before (``Schedule.proxy_us``, every channel of
     that GPU: its posts, and for LL its checks of every line, ``netpath.ll_scan_us``), and the rest
-    of the hop follows (its latency less the post)."""
+    of the hop follows (its latency less the post).  The first step is written at the CTA's own rate
+    (``Schedule.write_gbps``: the FIFO is empty), the rest as the ring moves them."""
     flows = geom.channel_flows("ring", 0)
     n = len(flows)
     post = proxy_post_us(geom.cpu_vendor, geom.params)  # one request
     step, grain = (float(b) / (float(s.gbps) * 1e3) for b in (s.step_bytes, s.unit_bytes))
     first = [0.0] * n  # when rank r has the first grain of its next step's input
     last = [0.0] * n  # ... and its last byte
-    start, end, thread = [0.0] * n, [step] * n, [0.0] * n
+    write = float(s.step_bytes) / (max(float(s.write_gbps), float(s.gbps)) * 1e3)
+    start, end, thread = [0.0] * n, [write] * n, [0.0] * n
     for _ in range(2 * (n - 1)):
         arrive, whole = [0.0] * n, [0.0] * n
         for r, f in enumerate(flows):

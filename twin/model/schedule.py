@@ -173,7 +173,24 @@ class Schedule:
     """The share of a step's time at ``gbps`` its sender takes to write it: 1, but where LL receivers
     poll their lines in host memory (``netpath.ll_host_recv_gbps``), which bounds the receiving
     primitives and so ``gbps``, not the sender's stores that a network hop's proxy waits for
-    (``hold_bytes``, ``proxy_bound_us``'s first step)."""
+    (``hold_bytes``; ``proxy_bound_us``'s first post is written at ``write_gbps``)."""
+    post_bytes: float = 0.0
+    """Rounds across nodes: what one network post of the proxy carries (``proxy_bound_us``): a Simple
+    ring's slice (``sendProxyProgress`` sends ``sliceSteps`` FIFO steps at a time, once the kernel's
+    tail has passed them, and ``prims_simple.h`` posts its tail after every slice), an LL or LL128
+    step (``sliceSteps = 1`` outside Ring Simple, ``calcCollChunking``, ``src/enqueue.cc``
+    @ v2.26.6-1)."""
+    write_gbps: float = 0.0
+    """Rounds across nodes: the rate the kernel writes the call's first post at (``proxy_bound_us``),
+    its CTA's in the loop's first primitive alone (a ring's ``ring_phases``; PAT, whose primitives
+    are not walked one by one, its CTA's copy rate): the FIFO is empty, so nothing makes it wait
+    for the network; never below the loop's rate."""
+    wire_gbps: float = np.inf
+    """Rounds across nodes: the channel's share of its links alone, without its CTA's bound
+    (``proxy_bound_us``: what the network carries of every step one after another)."""
+    drain_gbps: float = np.inf
+    """Rounds across nodes: the CTA's rate in the loop's last primitive alone (a ring's final
+    receive; PAT: its copy rate), at which the last post's last grain leaves the receive buffer."""
 
     @cached_property
     def lumped_caps(self) -> dict[float, float]:
@@ -217,19 +234,27 @@ class Schedule:
         return np.maximum(steps, self.proxy_bound_us(gbps)) if self.shape == "rounds" else steps
 
     def proxy_bound_us(self, gbps):
-        """Rounds across nodes, as the busiest proxy thread paces them: a ring's steps depend on
-        each other round the ring, whose mean hop latency the steps pay (``step_us``), but one
-        thread posts every network step of its GPU's channels, ``proxy_us`` of work a step that no
-        other step overlaps.  Where that work is the longer, the rounds take the kernel's first
-        step, written before the thread can post it, the thread's posts of every step one after
-        another, then the rest of the last post's network hop (``proxy_lag_us``) and that step
-        received; 0 on one node (no proxy)."""
+        """Rounds across nodes, as the busiest proxy thread and its network send queue pace them:
+        a ring's steps depend on each other round the ring, whose mean hop latency the steps pay
+        (``step_us``), but one thread posts every network step of its GPU's channels in order,
+        ``proxy_us`` of work a step that no other step overlaps, and each connection's sends leave
+        one after another (``sendProxyProgress``: ``isend`` in FIFO order).  So the rounds take the
+        kernel's first post written before the thread can post it (``post_bytes``: a Simple step
+        goes out slice by slice; written at the CTA's own rate, ``write_gbps``), then the longer of
+        the thread's posts of every step with the last post's data crossing after them at
+        ``gbps``, and one post with every step's data on the wire after it (``wire_gbps``, as
+        contended as ``gbps``) and the last grain copied out (``drain_gbps``), then the rest of the
+        last post's network hop (``proxy_lag_us``); 0 on one node (no proxy)."""
         proxy = self.proxy_us
         # ``np.any`` of a float costs microseconds; the replay asks this of every lumped call.
         if not (proxy.any() if isinstance(proxy, np.ndarray) else proxy):
             return 0.0
-        return ((1 + self.write_share) * self.step_bytes / (gbps * 1e3) + self.n_steps * self.proxy_us
-                + self.proxy_lag_us)
+        write = self.post_bytes / (np.maximum(self.write_gbps, gbps) * 1e3)
+        posts = self.n_steps * proxy + self.post_bytes / (gbps * 1e3)
+        wire = self.wire_gbps * gbps / self.gbps
+        sends = (proxy * self.post_bytes / self.step_bytes + self.n_steps * self.step_bytes / (wire * 1e3)
+                 + self.unit_bytes / (np.maximum(self.drain_gbps, gbps) * 1e3))
+        return write + np.maximum(posts, sends) + self.proxy_lag_us
 
     def latency_us(self, gbps, scale=1.0, held=True):
         """The part of a step that does not overlap the transfer: hop latency plus one grain, and
@@ -358,6 +383,10 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     # LL128 one warp's lines; Simple half a chunk.
     unit = {Proto.LL: nthreads * LL_LINE_DATA_BYTES, Proto.LL128: LL128_UNIT_BYTES}.get(proto, chunk / 2)
 
+    def phase_cta(phase: Phase):
+        """The CTA's payload rate in one primitive alone."""
+        return cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, phase.ops, params=params)
+
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
                extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
                recv_threads=nthreads, net_hops: float | None = None, passes: int = 1,
@@ -372,7 +401,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # LL lines received from the network into host memory (no GPUDirect RDMA) are polled there:
         # the receiving primitives slow down, the sender writes a step at its own pace (``write_share``).
         polls = proto is Proto.LL and geom.polls_host_memory(pattern, nch)
-        write_share = 1.0
+        write_share, sender_cap = 1.0, cap
         if polls:
             free_gbps = np.minimum(share.gbps * rate_scale, cap)
             recv_gbps = ll_host_recv_gbps(recv_threads, params)
@@ -382,6 +411,11 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         host_gbps = host_memory_gbps(geom, pattern, proto, nch, recv_threads)
         cta_cap, cap = cap, np.minimum(cap, host_gbps)
         gbps = np.minimum(share.gbps * rate_scale, cap)
+        # The call's first post is written at the sender's own pace, its last grain received at the
+        # final primitive's, polled in host memory where the lines land there (``proxy_bound_us``).
+        drain_gbps = phase_cta(phases[-1]) if phases else cta_cap
+        if polls:
+            drain_gbps = np.minimum(drain_gbps, recv_gbps)
         # An LL grain is one pass of the threads that bound the channel in time: their lines at
         # the CTA's rate, however slowly the link then carries them (the receiver takes each line
         # as it lands, and thread t of every rank forwards line t, one line per thread per trip,
@@ -409,12 +443,12 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         # A ring round hands over each of its slices; a pipeline step is one slice (Tree, Broadcast
         # and Reduce run ``ProtoSimple<1, 1>``: one step per chunk, one slice per step).
         slices = step_bytes / grain_bytes if shape == "rounds" else 1.0
-        proxy_us = share.proxy_us
+        proxy_us, post_bytes = share.proxy_us, step_bytes
         if algo is Algo.RING and shape == "rounds" and proto is Proto.SIMPLE:
             # A Simple ring step goes out slice by slice: one post per slice (``sliceSteps`` FIFO
             # steps each, ``sendProxyProgress``), and a flush per slice received (PAT runs
             # ``ProtoSimple<1, 1>``: one slice a step).
-            proxy_us = share.proxy_us * np.ceil(slices - 1e-9)
+            proxy_us, post_bytes = share.proxy_us * np.ceil(slices - 1e-9), grain_bytes
         if shape == "pipeline":
             # Across the network a pipeline moves NCCL's steps, not the grains above: the proxy
             # posts one message per FIFO step (``sendProxyProgress``, ``src/transport/net.cc``),
@@ -448,7 +482,9 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                         held_share * held_step_bytes(shape, proto, step_bytes, grain_bytes,
                                                      np.minimum(chunk, per_channel)),
                         geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes,
-                        paced_grain=proto is Proto.LL and pattern in ("chain", "tree"), write_share=write_share)
+                        paced_grain=proto is Proto.LL and pattern in ("chain", "tree"), write_share=write_share,
+                        post_bytes=post_bytes, write_gbps=phase_cta(phases[0]) if phases else sender_cap,
+                        wire_gbps=share.gbps * rate_scale, drain_gbps=drain_gbps)
 
     if op in POINT_TO_POINT:
         pattern = "sendrecv" if op is Op.SENDRECV else "pairs"
