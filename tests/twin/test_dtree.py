@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -47,23 +48,24 @@ def test_trees_as_nccl_logs_them():
 def test_copies_of_a_search_channel_take_the_other_tree():
     """On 8 ABCI-A nodes (4 NICs, one search channel each) channel c and its copy c + 4 share a
     NIC and use the two trees, so no node's NIC carries more than one inner tree channel: 4
-    network flows leave it, not 6."""
+    network flows leave it, not 6 (from two GPUs of its chain: a balanced tree)."""
     geom = CommGeometry(load_cluster("abci-a", nodes=8), nccl_version=(2, 8, 4))
     heads_up = {}
     for channel in range(8):
         net = [f for f in geom.tree_flows(channel) if f.kind == "net"]
-        heads_up[channel] = Counter(f.src for f in net)
-        assert len(net) == 2 * 7  # 7 tree edges between the 8 node heads, both directions
+        heads_up[channel] = Counter(geom.cluster.host_of(f.src) for f in net)
+        assert len(net) == 2 * 7  # 7 tree edges between the 8 nodes, both directions
     assert heads_up[0] != heads_up[4]
     for nic in range(4):
         out = heads_up[nic] + heads_up[nic + 4]
         assert max(out.values()) == 4
 
 
-def test_a_node_heads_network_children_slow_its_tree_cta():
-    """Tree LL128 on 4 ABCI-A nodes: a middle head reduces its chain child's and two network
-    children's data and broadcasts to them, so its channel copies slower than on one node or on
-    two (where only the root has a network child)."""
+def test_a_network_child_slows_a_tree_cta_and_a_balanced_tree_gives_each_gpu_one():
+    """Tree LL128 on ABCI-A nodes: a chain GPU that also reduces a network child's data and
+    broadcasts to it copies slower than on one node; a balanced tree (NCCL 2.8 from 3 nodes)
+    joins a middle node's two network children to two GPUs, so 4 nodes' busiest GPU has one, as
+    the root's head on two nodes has."""
     def cap(nodes: int) -> float:
         comm = Communicator.first(load_cluster("abci-a", nodes=nodes), nccl_version=(2, 8, 4))
         task = comm.task(Op.ALLREDUCE, 32 << 20)
@@ -71,5 +73,29 @@ def test_a_node_heads_network_children_slow_its_tree_cta():
         return float(comm.schedule(task, config).cap_gbps)
 
     one, two, four = cap(1), cap(2), cap(4)
-    assert four < two < one
+    assert four == two < one
     assert dtree.inner_children(4) == 2 and dtree.inner_children(2) == 0
+
+
+@pytest.mark.parametrize("nnodes", [3, 4, 8, 16])
+def test_a_balanced_tree_gives_each_gpu_one_network_child(nnodes):
+    """NCCL's BALANCED_TREE (``ncclTopoPreset``: ``child0Index`` 1) joins a node's lower network
+    child to its chain's second GPU and the parent and upper child to the head, through the
+    channel's one NIC: no GPU receives from two other nodes, and a lower child's link costs one
+    more hop inside its parent node."""
+    geom = CommGeometry(load_cluster("abci-a", nodes=nnodes), nccl_version=(2, 12, 12))
+    assert geom.tree_pattern == "balanced"
+    for channel in range(2):
+        net = [f for f in geom.tree_flows(channel) if f.kind == "net"]
+        children = Counter(f.dst for f in net[::2])  # each edge's flow up, from a child's head
+        assert max(children.values()) == 1
+        nics = {(geom.cluster.host_of(f.src), h.dst) for f in net for h in f.hops[:2] if "nic" in h.dst}
+        assert len({host for host, _ in nics}) == len(nics)  # one NIC a node per channel
+    assert geom.tree_chain_hops == geom.ppn - 1 + dtree.entry_hops(nnodes, "balanced")
+
+
+def test_nccl_2_8_joins_two_nodes_as_a_plain_tree_and_older_gpus_split():
+    """``init.cc`` @ v2.8.4-1 asks for TREE on two nodes, BALANCED_TREE above; ``ncclTopoCompute``
+    turns BALANCED into SPLIT below sm_80 (2.8 – 2.9 only)."""
+    assert [dtree.entry_gpu(4, node, 0, "split") for node in range(4)] == [0, 1, 1, 1]
+    assert dtree.entry_hops(2, "balanced") == dtree.entry_hops(2, "tree") == 0

@@ -14,6 +14,21 @@ the first tree and its copy ``c + nChannels`` the second, so the two trees share
 [1, 3, 1, 7, 5, 3, 5, -1]
 >>> [inner_children(n) for n in (1, 2, 3, 4, 16)]
 [0, 0, 1, 2, 2]
+
+Inside each node a tree channel is a chain of GPUs from its head (``tree_chain``), and the search's
+pattern says which GPU of a node's chain each network link reaches (``ncclTopoPreset``,
+``src/graph/connect.cc`` @ v2.8.4-1 – v2.28.9-1: ``child0Index``, ``child1Index``;
+``setTreeUp``/``setTreeDown`` in ``connectTrees``): ``"tree"`` (``NCCL_TOPO_PATTERN_TREE``) joins
+the parent and both children to the head; ``"balanced"`` (``NCCL_TOPO_PATTERN_BALANCED_TREE``,
+"Tree parent + one child on first GPU, second child on second GPU", ``src/include/graph.h``) the
+parent and the upper child to the head, the lower child (``ncclGetBtree``'s ``parentChildType`` 0)
+to the chain's second GPU; ``"split"`` (``NCCL_TOPO_PATTERN_SPLIT_TREE``) both children to the
+second GPU.  A link that reaches the second GPU costs its data one more hop inside the parent node:
+
+>>> [entry_gpu(8, node, 0, "balanced") for node in range(1, 8)]  # children 1, 2, 5: lower ones
+[1, 1, 0, 0, 1, 0, 0]
+>>> [entry_hops(n, "balanced") for n in (2, 3, 4, 8, 16)], entry_hops(8, "split"), entry_hops(8, "tree")
+([0, 1, 1, 2, 3], 3, 0)
 """
 
 from __future__ import annotations
@@ -41,6 +56,34 @@ def btree(nnodes: int, node: int) -> tuple[int, tuple[int, ...]]:
         down1 = node + low if low else -1
         low >>= 1
     return up, tuple(c for c in (node - (bit >> 1), down1) if c >= 0)
+
+
+def _btree_rank(nnodes: int, node: int, tree: int) -> int:
+    """``node``'s rank in the ``ncclGetBtree`` call ``ncclGetDtree`` makes for tree ``tree``."""
+    if tree == 0:
+        return node
+    return (node - 1) % nnodes if nnodes % 2 else nnodes - 1 - node
+
+
+def entry_gpu(nnodes: int, node: int, tree: int, pattern: str) -> int:
+    """Which GPU of its parent node's chain (0: the head, 1: the next) ``node``'s network link
+    reaches in tree ``tree`` under the search's ``pattern``; 0 for a root (it has no parent).
+    ``parentChildType`` is that of ``ncclGetBtree``'s tree before ``ncclGetDtree`` mirrors or
+    shifts it (``ncclGetDtree`` passes it through, ``src/graph/trees.cc`` @ v2.8.4-1 – v2.28.9-1)."""
+    rank = _btree_rank(nnodes, node, tree)
+    up = btree(nnodes, rank)[0]
+    if up < 0 or pattern == "tree":
+        return 0
+    return 1 if pattern == "split" or rank < up else 0  # rank < up: parentChildType 0
+
+
+def entry_hops(nnodes: int, pattern: str) -> int:
+    """The most hops inside nodes that network links reaching a chain's second GPU
+    (``entry_gpu``) add to a path from a node up to the root, in either tree."""
+    def hops(node: int, tree: int) -> int:
+        up = parent(nnodes, node, tree)
+        return 0 if up < 0 else entry_gpu(nnodes, node, tree, pattern) + hops(up, tree)
+    return max((hops(node, tree) for tree in (0, 1) for node in range(nnodes)), default=0)
 
 
 def parent(nnodes: int, node: int, tree: int) -> int:

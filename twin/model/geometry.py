@@ -29,7 +29,8 @@ from twin.model.netpath import (
 )
 from twin.model.protocols import hop_latency_us, store_efficiency
 from twin.model.repeat import coupled_fill_share
-from twin.nccl_model.search import ring_orders, tree_orders
+from twin.nccl_model.releases import facts as release_facts
+from twin.nccl_model.search import comm_info, ring_orders, tree_orders
 from twin.params import DEFAULT_PARAMS, TwinParams
 from twin.topology import Cluster, Hop, TopologyError
 
@@ -488,6 +489,44 @@ class CommGeometry:
     def arch(self) -> str:
         return self.cluster.gpu.arch
 
+    @cached_property
+    def tree_pattern(self) -> str:
+        """The pattern NCCL's tree search uses (``twin.model.dtree.entry_gpu``): which GPU of a
+        node's chain each network link of a Tree channel reaches.  ``init.cc`` asks for
+        BALANCED_TREE (from 2.10.3 always, 2.8 – 2.9 above two nodes, else TREE:
+        ``ReleaseFacts.plain_tree_on_two_nodes``), which 2.8 – 2.9 turn into SPLIT_TREE below
+        sm_80 (``ReleaseFacts.tree_pattern_pre_sm80``), and from sm_90 the search may fall back to
+        TREE ("Try a simpler tree", ``src/graph/search.cc`` @ v2.18.5-1 – v2.28.9-1), as the
+        twin's search does (``comm_info``'s ``tree_pattern_split``); with one GPU a node there is
+        no chain.
+
+        >>> from twin.topology import load_cluster
+        >>> [CommGeometry(load_cluster("dgx-a100", nodes=n), nccl_version=(2, 8, 4)).tree_pattern for n in (2, 4)]
+        ['tree', 'balanced']
+        """
+        f = release_facts(self.nccl_version)
+        sm = self.cluster.gpu.sm_version
+        if self.ppn == 1 or (self.nnodes <= 2 and f.plain_tree_on_two_nodes):
+            return "tree"
+        if sm < 80:
+            return f.tree_pattern_pre_sm80
+        if sm >= 90 and comm_info(self.cluster, self.ranks, nccl_version=self.nccl_version).tree_pattern_split:
+            return "tree"
+        return "balanced"
+
+    @cached_property
+    def tree_chain_hops(self) -> int:
+        """The hops inside nodes on a Tree channel's longest path up to the root: the chain
+        (``ppn - 1``), plus one in each node a link into its chain's second GPU
+        (``tree_pattern``) enters on the way (``dtree.entry_hops``).
+
+        >>> from twin.topology import load_cluster
+        >>> [CommGeometry(load_cluster("dgx-a100", nodes=n)).tree_chain_hops for n in (1, 2, 4, 8)]
+        [7, 7, 8, 9]
+        """
+        extra = dtree.entry_hops(self.nnodes, self.tree_pattern) if self.nnodes > 2 else 0
+        return (self.ppn - 1) + extra
+
     def _route(self, src: str, dst: str, nics: tuple[str, str] | None) -> tuple:
         c = self.cluster
         if c.host_of(src) != c.host_of(dst):
@@ -658,12 +697,23 @@ class CommGeometry:
 
     def tree_flows(self, channel: int, tree: int | None = None) -> list[Flow]:
         """Chain inside each node to its head (``tree_chain``), NCCL's double binary tree between
-        node heads, both directions; ``tree`` (0 or 1) as given, else the one a Tree channel takes."""
+        nodes, both directions, from a node's head to the GPU of its parent's chain the search's
+        pattern joins it to (``tree_pattern``: the head, or for a lower child of a balanced tree
+        the second GPU, which reaches the channel's NIC too: ``ncclTopoSearchRecGpu``'s
+        ``nextBackToNet``); ``tree`` (0 or 1) as given, else the one a Tree channel takes.
+
+        >>> from twin.topology import load_cluster
+        >>> geom = CommGeometry(load_cluster("dgx-a100", nodes=4))
+        >>> geom.tree_chain(2, 0)[:2]
+        ['n2/gpu1', 'n2/gpu0']
+        >>> [(f.src, f.dst) for f in geom.tree_flows(0, 0) if f.kind == "net"][::2]  # 1 and 3 to 2, 2 to 0
+        [('n1/gpu1', 'n2/gpu0'), ('n2/gpu1', 'n0/gpu1'), ('n3/gpu1', 'n2/gpu1')]
+        """
         flows = []
-        heads = []
+        chains = []
         for h in range(self.nnodes):
             chain = self.tree_chain(h, channel)
-            heads.append(chain[0])
+            chains.append(chain)
             for a, b in zip(chain[1:], chain[:-1], strict=True):
                 flows += [self.flow(a, b), self.flow(b, a)]
         # NCCL's double binary tree (``twin.model.dtree``): search channel c takes the first tree, its
@@ -671,10 +721,11 @@ class CommGeometry:
         # copies start once every NIC has one.
         if tree is None:
             tree = (channel // len(self._nics[0])) % 2 if self._nics else 0
-        for node, head in enumerate(heads):
-            up = dtree.parent(len(heads), node, tree)
+        for node, chain in enumerate(chains):
+            up = dtree.parent(self.nnodes, node, tree)
             if up >= 0:
-                flows += [self.flow(head, heads[up], channel), self.flow(heads[up], head, channel)]
+                to = chains[up][dtree.entry_gpu(self.nnodes, node, tree, self.tree_pattern)]
+                flows += [self.flow(chain[0], to, channel), self.flow(to, chain[0], channel)]
         return flows
 
     def chain_flows(self, channel: int) -> list[Flow]:
@@ -958,7 +1009,7 @@ class CommGeometry:
             return sum(f.kind == "net" for f in flows) / len(flows) if flows else 0.0
         levels = math.ceil(math.log2(self.nnodes))
         if pattern == "tree":
-            return levels / ((self.ppn - 1) + levels)
+            return levels / (self.tree_chain_hops + levels)
         return levels / (1 + levels)  # nvls: to the switch and back, then the tree between nodes
 
     def _fill_flows(self, pattern: str) -> list[tuple[float, Flow]]:
@@ -971,7 +1022,7 @@ class CommGeometry:
         inter = [f for f in flows if self._between_nodes(f)]
         intra = [f for f in flows if not self._between_nodes(f)]
         levels = math.ceil(math.log2(self.nnodes)) if self.nnodes > 1 else 0
-        weighted = [((self.ppn - 1) / len(intra), f) for f in intra] if intra else []
+        weighted = [(self.tree_chain_hops / len(intra), f) for f in intra] if intra else []
         return weighted + ([(levels / len(inter), f) for f in inter] if inter else [])
 
     def first_chunk_receives(self, pattern: str, nchannels: int
@@ -1083,7 +1134,7 @@ class CommGeometry:
 
         A step waits only for the hop its data just crossed, so an NVLink hop costs an NVLink
         latency even when the same ring also crosses the network: a ring's data goes round every
-        edge of the ring; a tree's data climbs the chain inside a node (``ppn - 1`` hops, over
+        edge of the ring; a tree's data climbs the chain inside a node (``tree_chain_hops``, over
         whatever the transport takes there, the NICs included) and ``ceil(log2(nodes))`` network
         hops between nodes, then comes back down; NVLS goes to the switch and back.
         """
@@ -1099,8 +1150,8 @@ class CommGeometry:
             # A hop inside a node takes NCCL's tree latency (``IntraLink.tree_step_us``).
             intra = [f for f in tree if not self._between_nodes(f)]
             within = sum(self.hop_latency_us(f, proto, tree=True) for f in intra) / len(intra) if intra else 0.0
-            hops = (self.ppn - 1) + levels
-            return ((self.ppn - 1) * within + levels * mean(inter)) / max(hops, 1)
+            hops = self.tree_chain_hops + levels
+            return (self.tree_chain_hops * within + levels * mean(inter)) / max(hops, 1)
         return (2 * self.nvls_switch_hop_us(proto) + 2 * levels * mean(inter)) / (2 + 2 * levels)
 
 

@@ -514,7 +514,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
             return shaped("rounds", "ring", n - 1, n, phases=ring_phases(op, n, direct))
         return shaped("pipeline", "chain", n - 1, 1)  # Broadcast, Reduce
     if algo is Algo.TREE:
-        depth = (geom.ppn - 1) + math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else geom.ppn - 1
+        depth = geom.tree_chain_hops + (math.ceil(math.log2(geom.nnodes)) if geom.nnodes > 1 else 0)
         if op is Op.ALLREDUCE and proto.value in tuner_constants(geom.nccl_version).facts.tree_up_down:
             # The CTA reduces all its data up the tree, then broadcasts it down, each pass on all its
             # threads and alone on its links (``ReleaseFacts.tree_up_down``): two pipelines of
@@ -646,12 +646,14 @@ def tree_split(proto: Proto, nthreads):
 
 
 def _tree_net_children(geom: CommGeometry) -> dict[str, int]:
-    """The network children of the busiest node heads of a Tree channel (``tree_cta_gbps``): a
-    middle head's (``dtree.inner_children``) and the root's (one, ``ncclGetBtree``); none where a
-    node has one GPU (no chain: the tree is all network)."""
+    """The network children of the busiest GPUs of a Tree channel's chains (``tree_cta_gbps``): a
+    middle node's (``dtree.inner_children``; a balanced tree joins its two to two GPUs,
+    ``CommGeometry.tree_pattern``, so each has one) and the root's (one, ``ncclGetBtree``); none
+    where a node has one GPU (no chain: the tree is all network)."""
     if geom.nnodes == 1 or geom.ppn == 1:
         return {}
-    return {"net_children": dtree.inner_children(geom.nnodes), "root_net_children": 1}
+    children = dtree.inner_children(geom.nnodes)
+    return {"net_children": min(children, 1) if geom.tree_pattern == "balanced" else children, "root_net_children": 1}
 
 
 def tree_thread_groups(proto: Proto, nthreads, nranks: int, direct: bool, *, net_children: int = 0,

@@ -107,6 +107,15 @@ class ReleaseFacts:
     v2.28.9-1) except Simple built with CUDA 11.2 – 11.3 for sm80 (``#if CUDART_VERSION >= 11020
     && CUDART_VERSION < 11040 && __CUDA_ARCH__ >= 800``), which the twin leaves out: it does not
     know the toolkit a build used."""
+    tree_pattern_pre_sm80: str
+    """The pattern of the tree search (``twin.model.dtree.entry_gpu``) on more than two nodes of
+    GPUs older than sm_80: 2.8 – 2.9 ``"split"`` (``ncclTopoCompute``: "SPLIT_TREE works better on
+    older archs", ``src/graph/search.cc`` @ v2.8.4-1, v2.9.9-1), from 2.10.3 ``"balanced"`` as on
+    every other GPU (no such line @ v2.10.3-1 – v2.28.9-1; ``init.cc`` asks for BALANCED_TREE)."""
+    plain_tree_on_two_nodes: bool
+    """2.8 – 2.9: on two nodes or fewer ``init.cc`` asks for ``NCCL_TOPO_PATTERN_TREE`` (``tmpNnodes
+    <= 2``, @ v2.8.4-1, v2.9.9-1), from 2.10.3 for BALANCED_TREE at any count.  On two nodes both
+    trees' one network link is a root's upper child (``ncclGetBtree``), so only SPLIT differs."""
     cell_scheduler: bool
     """≥ 2.22: ``scheduleCollTasksToPlan`` fills channels in cells of ≥ 16 KiB and sizes chunks per
     channel part; before, every channel ``getAlgoInfo`` kept gets ``nBytes / nChannels``."""
@@ -155,7 +164,7 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
         # src/device/all_reduce.h @ v2.19.3-1): realChunkSize / chunkSize rounded up to minChunkSize
         ring_chunk_quantum=True, tree_simple_chunking=True,
         # src/collectives/device/all_reduce.h @ v2.8.4-1, v2.9.9-1: Tree LL and Simple up, then down
-        tree_up_down=("ll", "simple"),
+        tree_up_down=("ll", "simple"), tree_pattern_pre_sm80="split", plain_tree_on_two_nodes=True,
         # src/collectives/device/common.h @ v2.8.4-1: ncclKernel passes the first work as argument
         # to block 0; load_coll copies the rest from channel->workFifo (src/channel.cc:
         # ncclCudaHostCalloc) and reads *comm->abortFlag, both in host memory
@@ -164,7 +173,8 @@ CHANGES: tuple[tuple[Version, str, dict], ...] = (
     ((2, 10, 3), "src/graph/tuning.cc, src/enqueue.cc, src/graph/search.cc, src/graph/topo.h @ v2.10.3-1 "
                  "(Tree/CollNet Simple +3 warps; speedArrayIntra/Inter, SM80_NVLINK_WIDTH 22); "
                  "src/collectives/device/all_reduce.h (every Tree protocol runTreeSplit)", dict(
-        search_speeds=_SPEEDS_2_10, sm80_nvlink_bw=22.0, tree_up_down=(),
+        search_speeds=_SPEEDS_2_10, sm80_nvlink_bw=22.0, tree_up_down=(), tree_pattern_pre_sm80="balanced",
+        plain_tree_on_two_nodes=False,
         simple_sync_warps=(4, 1, 4, 4, 1, 1, 1),
         hw_lat=(_lat((.52, 1.25, 28.0), (.47, 1.9, 3.4), cnc=(.5, 1.2, 8.0)),
                 _lat((1.0, 1.9, 28.0), (1.0, 2.5, 5.7), cnc=(1.0, 1.9, 8.0)),
