@@ -265,7 +265,10 @@ def above_slice_floor(points: np.ndarray, proto: Proto) -> np.ndarray:
 @pytest.mark.parametrize("preset,gpus,nodes,op,nbytes,subspaces", UNIMODAL_CASES)
 def test_time_is_unimodal_along_each_resource_axis(preset, gpus, nodes, op, nbytes, subspaces):
     """Within a subspace, with two of ⟨NC, NT, C⟩ fixed, the twin's time falls then rises along the third
-    (to within 2.5 %: loop-count rounding makes small steps), on ≥ 98 % of lines and every thread line.
+    (to within 2.5 %: loop-count rounding makes small steps), on ≥ 98 % of lines, and on every thread
+    line to within 1e-4: a tree's LL grain is one pass of the thread group that bounds the channel
+    (``schedule.tree_binding_group``), and where two groups' rates cross as the threads grow the grain
+    becomes the other group's pass, a step of their threads' lines (0.76 µs of 77 ms on two A40 nodes).
     Simple chunks below two smallest slices are left out: there a step goes from one slice to two
     as it grows past 32 KiB, and pays a second hand-over (the next test)."""
     executor = TwinExecutor(load_cluster(preset, nodes=nodes, gpus_per_node=gpus), noise=0)
@@ -277,7 +280,7 @@ def test_time_is_unimodal_along_each_resource_axis(preset, gpus, nodes, op, nbyt
         points, times = space.candidates(s).points, executor.table(task, s)
         keep = above_slice_floor(points, proto)
         points, times = points[keep], times[keep]
-        assert np.all(line_violations(times, points, 1) <= 1e-9), (s, "threads")
+        assert np.all(line_violations(times, points, 1) <= 1e-4), (s, "threads")
         for axis in (0, 2):
             v = line_violations(times, points, axis)
             assert np.mean(v <= 0.025) >= 0.98, (s, axis, np.mean(v <= 0.025), v.max())
