@@ -183,8 +183,13 @@ class Placement:
         """The communicator a call of ``group`` among ``members`` (default: all of them) runs on.
 
         Groups of the same GPUs share one, whatever their names."""
-        whole = self._comm(self.member_gpus(self.trace.group(group).ranks))
-        gpus = whole.gpus if members is None else self.member_gpus(members)
+        ranks = self.trace.group(group).ranks
+        return self._among(ranks, ranks if members is None else members)
+
+    def _among(self, ranks: tuple[int, ...], members: tuple[int, ...]) -> Communicator:
+        """The communicator of the group of ``ranks``, for a call among ``members`` of it."""
+        whole = self._comm(self.member_gpus(ranks))
+        gpus = self.member_gpus(members)
         if gpus == whole.gpus:
             return whole
         if (whole.gpus, gpus) not in self._parts:
@@ -225,6 +230,25 @@ class Placement:
                 pass
         default = comm.default_config(task)
         return Timed(default, self._schedule(comm, task, default), "nccl" if given is None else "nccl-fallback")
+
+    def copy_timed(self, task: Task, group: str, members: tuple[int, ...], copy: tuple[int, ...],
+                   given: Config | None = None) -> Timed:
+        """How the shifted copy ``copy`` of a call of ``group`` among ``members`` runs (a shadow:
+        ``absent_siblings``): as its absent ranks' own call, on the same shift of the group's
+        communicator, with ``given``, else with what NCCL chooses on *that* communicator (which
+        need not be what it chooses for ``members``: GPUs that sit otherwise to their NIC may
+        take another protocol)."""
+        ranks = self.trace.group(group).ranks
+        if not set(copy) <= set(ranks):  # a pair of the world's communicator stays on it
+            shift = copy[0] - members[0]
+            ranks = tuple(r + shift for r in ranks)
+            if not all(0 <= r < self.trace.world_size for r in ranks) or any(
+                    r + shift != c for r, c in zip(members, copy, strict=True)):
+                ranks = copy  # not a shift of the whole group: the copy's own communicator
+        key = (task, ranks, copy, given)
+        if key not in self._timed:
+            self._timed[key] = self._time(task, self._among(ranks, copy), given)
+        return self._timed[key]
 
     def absent_siblings(self, members: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Shifted copies of ``members`` (``translations``) with no rank in the trace that share a

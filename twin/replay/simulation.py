@@ -7,14 +7,16 @@ trace's rules: events of one (rank, stream) run in order; an event waits for its
 events; the k-th collective of a group on each member is one call, which begins when the
 last member present in the trace reaches it (members missing from the trace are assumed to
 be there already) and ends for all members at once.  A trace that keeps one representative
-rank per role leaves out ranks that would make the same calls at the same time on shifted
-groups; those calls that share a node with a call replayed here (the seven other
-data-parallel groups of a node of eight GPUs) run beside it as *shadows*: they load the
-network and nothing waits for them (a copy on another pipeline stage is that stage's, not a
-shadow of this one).  A shadow that does not end with the call it copies (its ranks sit on
-other NIC or PCIe paths) breaks that symmetry: its ranks are a placement class of their own, join
-the trace (``twin.placement.classes``) and the trace is replayed again, so the iteration is what
-the trace of every rank gives; the result's notes say so.
+rank per role leaves out ranks that would make the same calls at the same time on shifted groups;
+those calls that share a node with a call replayed here (the seven other data-parallel groups of a
+node of eight GPUs) run beside it as *shadows*: they load the network and nothing waits for them
+(a copy on another pipeline stage is that stage's, not a shadow of this one).  A shadow runs as
+NCCL runs the absent ranks' own call, on their communicator (``Placement.copy_timed``): its
+default choice there may differ from the call's (GPUs that sit otherwise to a shared NIC take
+another protocol, with another launch).  A shadow that does not end with the call it copies (its
+ranks sit on other NIC or PCIe paths) breaks that symmetry: its ranks are a placement class of
+their own, join the trace (``twin.placement.classes``) and the trace is replayed again, so the
+iteration is what the trace of every rank gives; the result's notes say so.
 SendRecv calls pair as NCCL pairs them,
 per direction: the k-th send from A to B with B's k-th receive from A (a trace without directions:
 the k-th call of a rank naming a peer with the k-th of the peer naming it).
@@ -91,6 +93,8 @@ class _Call:
     transfer: Transfer | None = None
     shadows: list[tuple[tuple[int, ...], Schedule, Transfer, list[float]]] = field(default_factory=list)
     """The absent copies it stands for: (members, schedule, transfer, its end once it ended)."""
+    launching: list[tuple[int, ...]] = field(default_factory=list)
+    """Absent copies whose own launch is still under way (``_launch_shadow``)."""
 
 
 @dataclass
@@ -100,6 +104,7 @@ class _Gpu:
     computes: dict[Transfer, PhaseCost] = field(default_factory=dict)
     busy_sms: int = 0
     calls: list[_Call] = field(default_factory=list)
+    early: list[_Call] = field(default_factory=list)  # calls whose shadows launched before their transfer
 
 
 class _Replay:
@@ -268,14 +273,27 @@ class _Replay:
         call.began_us = self.env.now
         if call.timed is not None:
             s = call.timed.schedule
+            # The absent copies run as NCCL runs them on their own communicators (its default choice
+            # there may be another protocol, with another launch): those launching unlike the call
+            # start their transfers on their own.
+            alike = []
+            for copy in self._shadows(call):
+                shadow = self.placement.copy_timed(call.task, call.group, call.members, copy,
+                                                   self.configs.get(call.task)).schedule
+                if shadow.launch_us == s.launch_us:
+                    alike.append((copy, shadow))
+                else:
+                    call.launching.append(copy)
+                    self.env.process(self._launch_shadow(call, copy, shadow))
             yield self.env.timeout(float(s.launch_us))
             ratio = self._copy_ratio(call)
             call.transfer = self.net.start(lumped_bytes(s), s.links, lumped_cap_gbps(s, ratio))
-            for copy in self._shadows(call):
+            for r in call.present:
+                if call in self.gpus[r].early:
+                    self.gpus[r].early.remove(call)
+            for copy, shadow in alike:
                 # The absent ranks compute what the ones standing for them compute: the same copy rate.
-                shadow = self.placement.schedule(copy, call.task, call.timed.config)
-                transfer = self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow, ratio))
-                call.shadows.append((copy, shadow, transfer, self._shadow_end(transfer)))
+                self._start_shadow(call, copy, shadow, ratio)
             for r in call.present:
                 self.gpus[r].calls.append(call)
                 self._recap_phases(self.gpus[r])
@@ -300,6 +318,20 @@ class _Replay:
                 mine.append(copy)
         return mine
 
+    def _launch_shadow(self, call: _Call, copy: tuple[int, ...], shadow: Schedule):
+        """Start a shadow's transfer after its own launch (not the call's)."""
+        yield self.env.timeout(float(shadow.launch_us))
+        call.launching.remove(copy)
+        self._start_shadow(call, copy, shadow, self._copy_ratio(call))
+
+    def _start_shadow(self, call: _Call, copy: tuple[int, ...], shadow: Schedule, ratio: float) -> None:
+        transfer = self.net.start(lumped_bytes(shadow), shadow.links, lumped_cap_gbps(shadow, ratio))
+        call.shadows.append((copy, shadow, transfer, self._shadow_end(transfer)))
+        if call.transfer is None:  # its caps follow the compute on the call's GPUs from now (``_recap_calls``)
+            for r in call.present:
+                if call not in self.gpus[r].early:
+                    self.gpus[r].early.append(call)
+
     def _shadow_end(self, transfer: Transfer) -> list[float]:
         """A list that holds the transfer's end time once it ends."""
         end: list[float] = []
@@ -318,6 +350,8 @@ class _Replay:
             when = end[0] if end else now if transfer.done.triggered else transfer.end_us
             if abs(when - now) > slack:
                 self.unlike[copy] = call.members
+        for copy in call.launching:  # not even started: it ends later
+            self.unlike[copy] = call.members
 
     def _copy_ratio(self, call: _Call) -> float:
         """What the compute on the call's GPUs leaves of its kernels' copy rate (the slowest rank's)."""
@@ -348,6 +382,9 @@ class _Replay:
         for call in gpu.calls:
             ratio = self._copy_ratio(call)
             caps.append((call.transfer, lumped_cap_gbps(call.timed.schedule, ratio)))
+            caps += [(transfer, lumped_cap_gbps(shadow, ratio)) for _, shadow, transfer, _ in call.shadows]
+        for call in gpu.early:
+            ratio = self._copy_ratio(call)
             caps += [(transfer, lumped_cap_gbps(shadow, ratio)) for _, shadow, transfer, _ in call.shadows]
         self.net.set_caps(caps)
 
