@@ -1138,8 +1138,8 @@ class CommGeometry:
         whatever the transport takes there, the NICs included) and ``ceil(log2(nodes))`` network
         hops between nodes, then comes back down; NVLS goes to the switch and back.
         """
-        def mean(flows: list[Flow]) -> float:
-            return sum(self.hop_latency_us(f, proto) for f in flows) / len(flows) if flows else 0.0
+        def mean(flows: list[Flow], tree: bool = False) -> float:
+            return sum(self.hop_latency_us(f, proto, tree=tree) for f in flows) / len(flows) if flows else 0.0
 
         if pattern in ("ring", "chain"):
             return mean(self.channel_flows(pattern, 0))
@@ -1149,9 +1149,8 @@ class CommGeometry:
         if pattern == "tree":
             # A hop inside a node takes NCCL's tree latency (``IntraLink.tree_step_us``).
             intra = [f for f in tree if not self._between_nodes(f)]
-            within = sum(self.hop_latency_us(f, proto, tree=True) for f in intra) / len(intra) if intra else 0.0
             hops = self.tree_chain_hops + levels
-            return (self.tree_chain_hops * within + levels * mean(inter)) / max(hops, 1)
+            return (self.tree_chain_hops * mean(intra, tree=True) + levels * mean(inter)) / max(hops, 1)
         return (2 * self.nvls_switch_hop_us(proto) + 2 * levels * mean(inter)) / (2 + 2 * levels)
 
 

@@ -383,10 +383,6 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
     # LL128 one warp's lines; Simple half a chunk.
     unit = {Proto.LL: nthreads * LL_LINE_DATA_BYTES, Proto.LL128: LL128_UNIT_BYTES}.get(proto, chunk / 2)
 
-    def phase_cta(phase: Phase):
-        """The CTA's payload rate in one primitive alone."""
-        return cta_copy_gbps(geom.cluster.gpu.hbm_gbps, proto, nthreads, phase.ops, params=params)
-
     def shaped(shape: str, pattern: str, steps: int, loop_bytes_per_chunk: int, rate_scale: float = 1.0,
                extra_launch: float = 0.0, cap=copy, phases: tuple[Phase, ...] = (), fence_us: float = 0.0,
                recv_threads=nthreads, net_hops: float | None = None, passes: int = 1,
@@ -413,7 +409,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
         gbps = np.minimum(share.gbps * rate_scale, cap)
         # The call's first post is written at the sender's own pace, its last grain received at the
         # final primitive's, polled in host memory where the lines land there (``proxy_bound_us``).
-        drain_gbps = phase_cta(phases[-1]) if phases else cta_cap
+        drain_gbps = ops_gbps / phases[-1].ops if phases else cta_cap
         if polls:
             drain_gbps = np.minimum(drain_gbps, recv_gbps)
         # An LL grain is one pass of the threads that bound the channel in time: their lines at
@@ -483,7 +479,7 @@ def schedule_for(geom: CommGeometry, op: Op, nbytes: int, algo: Algo, proto: Pro
                                                      np.minimum(chunk, per_channel)),
                         geom.repeat_coupling(nch, proto) if pattern == "chain" else 0.0, passes,
                         paced_grain=proto is Proto.LL and pattern in ("chain", "tree"), write_share=write_share,
-                        post_bytes=post_bytes, write_gbps=phase_cta(phases[0]) if phases else sender_cap,
+                        post_bytes=post_bytes, write_gbps=ops_gbps / phases[0].ops if phases else sender_cap,
                         wire_gbps=share.gbps * rate_scale, drain_gbps=drain_gbps)
 
     if op in POINT_TO_POINT:
